@@ -1,0 +1,277 @@
+"""Every exception effectgate raises, in one tree.
+
+```
+EffectgateError
+├── ConfigError                 bad flags/env/state directory; raised before any I/O
+├── LedgerError                 the ledger refused or failed; nothing new was committed
+│   ├── LedgerBusyError         lock wait exceeded busy_timeout; retryable
+│   ├── LedgerCorruptError      row fails validation (unknown state, bad hash, bad JSON)
+│   ├── SchemaVersionError      database ahead of this build, or behind with migrations off
+│   ├── IllegalTransitionError  (operation_id, src, dst); a programming error
+│   └── ClaimLostError          compare-and-set lost; another worker holds attempt n
+├── ThreadBusyError             another live runner holds the thread's lease
+├── IntentConflictError         same operation_id, different intent_hash
+├── ApprovalError               no usable approval for this exact call
+│   ├── ApprovalExpiredError    the approval's expires_at has passed
+│   └── ApprovalMismatchError   args (intent hash) differ from the approved ones
+├── DecisionError               a review/reconciliation resume has the wrong shape
+├── ToolCallError               model produced an unknown tool or invalid arguments
+├── WorkspaceError              path escapes the workspace
+└── ToolError                   raised by tools, consumed by dispatch
+    ├── Rejected                permanent; known not applied
+    ├── NotAccepted             transient; known not applied; retry_after: timedelta | None
+    └── OutcomeUnknown          may have applied (timeout, connection lost after send)
+```
+
+Structured fields are keyword-only constructor arguments and the message is
+built from them, so callers branch on attributes and classes, never on text
+(httpx's exception tree). Errors that may cross a process boundary define
+``__reduce__`` (DBOS ``DBOSMaxStepRetriesExceeded``). Retry hints are data on
+the error (Temporal ``next_retry_delay``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+__all__ = [
+    "ApprovalError",
+    "ApprovalExpiredError",
+    "ApprovalMismatchError",
+    "ClaimLostError",
+    "ConfigError",
+    "DecisionError",
+    "EffectgateError",
+    "IllegalTransitionError",
+    "IntentConflictError",
+    "LedgerBusyError",
+    "LedgerCorruptError",
+    "LedgerError",
+    "NotAccepted",
+    "OutcomeUnknown",
+    "Rejected",
+    "SchemaVersionError",
+    "ThreadBusyError",
+    "ToolCallError",
+    "ToolError",
+    "WorkspaceError",
+]
+
+
+class EffectgateError(Exception):
+    """Base class of every error effectgate raises on purpose."""
+
+
+class ConfigError(EffectgateError):
+    """Bad flags, environment or state directory; raised before any I/O."""
+
+
+class LedgerError(EffectgateError):
+    """The ledger refused or failed; nothing new was committed."""
+
+
+class LedgerBusyError(LedgerError):
+    """A lock wait exceeded the store's busy timeout; retrying later may succeed."""
+
+
+class LedgerCorruptError(LedgerError):
+    """A stored row failed validation when loaded.
+
+    Raised for an unknown state string, broken JSON, an intent hash that does
+    not match the stored arguments, a receipt whose identity does not match its
+    operation, or a file that is not a ledger database at all.
+    """
+
+    def __init__(self, message: str, *, operation_id: str | None = None) -> None:
+        self.operation_id = operation_id
+        prefix = f"operation {operation_id!r}: " if operation_id else ""
+        super().__init__(prefix + message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"operation_id": self.operation_id}))
+
+
+class SchemaVersionError(LedgerError):
+    """The database schema is newer than this build, or older with migrations off."""
+
+    def __init__(self, *, found: int, expected: int, path: str = "") -> None:
+        self.found = found
+        self.expected = expected
+        self.path = path
+        where = f" at {path}" if path else ""
+        if found > expected:
+            why = "it was written by a newer effectgate; upgrade effectgate to read it"
+        else:
+            why = "migrations are disabled; open it with migrate=True"
+        super().__init__(
+            f"ledger schema version {found}{where} does not match this build's {expected}: {why}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {"found": self.found, "expected": self.expected, "path": self.path}
+        return (_rebuild_kw, (type(self), kw))
+
+
+class IllegalTransitionError(LedgerError):
+    """A state change the transition table does not allow; a programming error."""
+
+    def __init__(self, *, operation_id: str, src: str, dst: str) -> None:
+        self.operation_id = operation_id
+        self.src = src
+        self.dst = dst
+        super().__init__(f"operation {operation_id!r}: illegal transition {src} -> {dst}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {"operation_id": self.operation_id, "src": self.src, "dst": self.dst}
+        return (_rebuild_kw, (type(self), kw))
+
+
+class ClaimLostError(LedgerError):
+    """A compare-and-set lost: another worker holds the attempt, or this one is stale.
+
+    ``attempt`` is the fencing token the caller presented; ``current_attempt``
+    and ``current_state`` are what the ledger holds now.
+    """
+
+    def __init__(
+        self,
+        *,
+        operation_id: str,
+        attempt: int,
+        current_attempt: int,
+        current_state: str,
+    ) -> None:
+        self.operation_id = operation_id
+        self.attempt = attempt
+        self.current_attempt = current_attempt
+        self.current_state = current_state
+        super().__init__(
+            f"operation {operation_id!r}: claim for attempt {attempt} lost; "
+            f"ledger holds attempt {current_attempt} in state {current_state}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {
+            "operation_id": self.operation_id,
+            "attempt": self.attempt,
+            "current_attempt": self.current_attempt,
+            "current_state": self.current_state,
+        }
+        return (_rebuild_kw, (type(self), kw))
+
+
+class ThreadBusyError(EffectgateError):
+    """Another live runner holds this thread's lease; two runs would fork it."""
+
+    def __init__(self, *, thread_id: str, owner: str, expires_in_s: float) -> None:
+        self.thread_id = thread_id
+        self.owner = owner
+        self.expires_in_s = expires_in_s
+        super().__init__(
+            f"thread {thread_id!r} is busy: held by {owner} "
+            f"(lease expires in {expires_in_s:.1f} s unless renewed)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {"thread_id": self.thread_id, "owner": self.owner, "expires_in_s": self.expires_in_s}
+        return (_rebuild_kw, (type(self), kw))
+
+
+class IntentConflictError(EffectgateError):
+    """The operation id is already bound to a different intent hash.
+
+    Never reuse the old result for new arguments and never execute silently
+    (DESIGN §2). To perform a genuinely new action, use a new operation id.
+    """
+
+    def __init__(self, *, operation_id: str, stored_hash: str, new_hash: str) -> None:
+        self.operation_id = operation_id
+        self.stored_hash = stored_hash
+        self.new_hash = new_hash
+        super().__init__(
+            f"operation {operation_id!r} is bound to intent {stored_hash[:12]}…, "
+            f"refusing intent {new_hash[:12]}…: same operation, different arguments"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kw = {
+            "operation_id": self.operation_id,
+            "stored_hash": self.stored_hash,
+            "new_hash": self.new_hash,
+        }
+        return (_rebuild_kw, (type(self), kw))
+
+
+class ApprovalError(EffectgateError):
+    """There is no usable approval for this exact call; it goes back to review."""
+
+    def __init__(self, message: str, *, operation_id: str) -> None:
+        self.operation_id = operation_id
+        super().__init__(f"operation {operation_id!r}: {message}")
+
+
+class ApprovalExpiredError(ApprovalError):
+    """The approval's ``expires_at`` has passed before the first attempt started."""
+
+
+class ApprovalMismatchError(ApprovalError):
+    """The approval was given for other arguments (a different intent hash)."""
+
+
+class DecisionError(EffectgateError):
+    """A resume value (review decisions or a reconciliation verdict) is malformed.
+
+    Nothing is dispatched; the thread stays resumable with the same interrupt.
+    """
+
+
+class ToolCallError(EffectgateError):
+    """The model asked for an unknown tool or gave arguments its schema refuses."""
+
+    def __init__(self, message: str, *, tool: str, tool_call_id: str | None = None) -> None:
+        self.tool = tool
+        self.tool_call_id = tool_call_id
+        super().__init__(message)
+
+
+class WorkspaceError(EffectgateError):
+    """A path escapes the workspace (``..``, absolute, or a symlink pointing out)."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class ToolError(EffectgateError):
+    """Raised by a tool to tell dispatch what happened to the side effect."""
+
+
+class Rejected(ToolError):
+    """The external system refused for good; known not applied. Never retried."""
+
+
+class NotAccepted(ToolError):
+    """The external system did not accept the request; known not applied.
+
+    ``retry_after`` is the server's hint (HTTP ``Retry-After``), or ``None``.
+    """
+
+    def __init__(self, message: str = "not accepted", *, retry_after: timedelta | None = None):
+        self.retry_after = retry_after
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"retry_after": self.retry_after}))
+
+
+class OutcomeUnknown(ToolError):
+    """The request may have taken effect: a timeout or a connection lost after sending."""
+
+
+def _rebuild(cls: type[Exception], args: tuple[Any, ...], kw: dict[str, Any]) -> Exception:
+    return cls(*args, **kw)
+
+
+def _rebuild_kw(cls: type[Exception], kw: dict[str, Any]) -> Exception:
+    return cls(**kw)

@@ -1,0 +1,235 @@
+"""Operation states, the transition table and the ledger's frozen records.
+
+Pure: no I/O. This module is the only definition of the state machine
+(DESIGN §3); the store persists ``OpState`` values verbatim.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from effectgate.errors import IllegalTransitionError
+
+__all__ = [
+    "TERMINAL",
+    "TRANSITIONS",
+    "Approval",
+    "Budget",
+    "Event",
+    "Lease",
+    "LedgerMetrics",
+    "OpState",
+    "Operation",
+    "Receipt",
+    "ThreadRecord",
+    "check_transition",
+]
+
+
+class OpState(enum.StrEnum):
+    """The state of one operation (one business action) in the ledger (DESIGN §3)."""
+
+    PROPOSED = "PROPOSED"
+    APPROVED = "APPROVED"
+    REJECTED = "REJECTED"
+    IN_FLIGHT = "IN_FLIGHT"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    RETRY_WAIT = "RETRY_WAIT"
+    UNKNOWN = "UNKNOWN"
+    NEEDS_RECONCILIATION = "NEEDS_RECONCILIATION"
+
+
+TERMINAL: frozenset[OpState] = frozenset({OpState.SUCCEEDED, OpState.FAILED, OpState.REJECTED})
+"""States an operation never leaves."""
+
+_S = OpState
+TRANSITIONS: Mapping[OpState, frozenset[OpState]] = {
+    # review decides; an approval may be withdrawn (expired, re-review) before dispatch
+    _S.PROPOSED: frozenset({_S.APPROVED, _S.REJECTED}),
+    _S.APPROVED: frozenset({_S.IN_FLIGHT, _S.PROPOSED, _S.REJECTED, _S.FAILED}),
+    # IN_FLIGHT is committed before the side effect starts; one of four outcomes follows
+    _S.IN_FLIGHT: frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT, _S.UNKNOWN}),
+    # RETRY_WAIT is "known not applied": a new attempt, or FAILED when the budget is spent
+    _S.RETRY_WAIT: frozenset({_S.IN_FLIGHT, _S.FAILED}),
+    # UNKNOWN settles by reconciliation, same-key replay, or a human
+    _S.UNKNOWN: frozenset({_S.SUCCEEDED, _S.RETRY_WAIT, _S.NEEDS_RECONCILIATION, _S.FAILED}),
+    _S.NEEDS_RECONCILIATION: frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT}),
+    _S.SUCCEEDED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.REJECTED: frozenset(),
+}
+"""Allowed ``src -> dst`` pairs, copied from DESIGN §3.
+
+Departures from the drawing, each forced by a rule elsewhere in DESIGN:
+``APPROVED -> PROPOSED`` (an expired approval goes back to review, §8.5),
+``APPROVED -> FAILED`` (deadline passed before any attempt: known not applied),
+``UNKNOWN -> FAILED`` (a reconciler answered "not found" and that is final, but
+no budget is left: known not applied).
+"""
+
+
+def check_transition(operation_id: str, src: OpState, dst: OpState) -> None:
+    """Refuse a state change the transition table does not allow.
+
+    Args:
+        operation_id: the operation, named in the error.
+        src: the state the operation is in.
+        dst: the state asked for.
+
+    Raises:
+        IllegalTransitionError: ``dst`` is not in ``TRANSITIONS[src]``.
+    """
+    if dst not in TRANSITIONS[src]:
+        raise IllegalTransitionError(operation_id=operation_id, src=src.value, dst=dst.value)
+
+
+_DC = {"frozen": True, "slots": True, "kw_only": True}
+
+
+@dataclass(**_DC)
+class Budget:
+    """Limits stored with an operation when it is created and never changed after.
+
+    A restart or a later ``open`` with other limits does not alter them
+    (DESIGN §3, seed 001 §4.7).
+    """
+
+    max_attempts: int = 3
+    """Real dispatch attempts allowed, counting the first; at least 1."""
+    deadline_at: datetime | None = None
+    """Aware UTC time after which no new attempt starts; ``None`` means no deadline."""
+    backoff_base_s: float = 0.5
+    """Full-jitter backoff base in seconds: attempt n waits ``uniform(0, min(cap, base*2**(n-1)))``."""
+    backoff_cap_s: float = 30.0
+    """Upper bound of one backoff wait, in seconds."""
+
+
+@dataclass(**_DC)
+class Receipt:
+    """Proof that an operation took effect, with the identity it belongs to.
+
+    A receipt is returned to a caller only after ``operation_id`` and
+    ``intent_hash`` are checked against the operation it is stored on.
+    """
+
+    operation_id: str
+    intent_hash: str
+    attempt: int
+    """The attempt that produced it; 0 when a human or a reconciler supplied it."""
+    result: Any
+    """The tool's JSON-compatible result."""
+    reference: str | None = None
+    """An external reference (ticket id, Message-ID, file digest) when the tool gives one."""
+    source: Literal["dispatch", "reconcile", "human"] = "dispatch"
+    """How the fact became known."""
+    recorded_at: datetime
+
+
+@dataclass(**_DC)
+class Operation:
+    """One business action and everything the ledger knows about it."""
+
+    operation_id: str
+    """The idempotency key: ``{thread_id}:{tool_call_id}`` or a tool's business key."""
+    thread_id: str
+    tool_call_id: str
+    tool: str
+    tool_version: str
+    args: Mapping[str, Any]
+    """Normalized arguments (the tool schema's output), JSON-compatible."""
+    intent_hash: str
+    state: OpState
+    attempt: int = 0
+    """Attempts started so far; also the fencing token of the current claim."""
+    budget: Budget = field(default_factory=Budget)
+    next_attempt_at: datetime | None = None
+    """Aware UTC time before which no new attempt starts; ``None``: no wait."""
+    claimed_by: str | None = None
+    """Worker id holding the current attempt while ``IN_FLIGHT``."""
+    receipt: Receipt | None = None
+    error: str | None = None
+    """Last error text (for people; code branches on ``state``)."""
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the operation is in a state it never leaves."""
+        return self.state in TERMINAL
+
+
+@dataclass(**_DC)
+class Approval:
+    """One review decision, bound to exactly one intent hash until it expires."""
+
+    operation_id: str
+    thread_id: str
+    tool_call_id: str
+    decision: Literal["approve", "edit", "reject"]
+    intent_hash: str
+    """The intent hash the decision authorises (of the edited args for ``edit``)."""
+    reviewer: str
+    edited_args: Mapping[str, Any] | None = None
+    message: str | None = None
+    decided_at: datetime
+    expires_at: datetime | None = None
+    """Aware UTC time after which the approval no longer authorises a first attempt."""
+
+
+@dataclass(**_DC)
+class Event:
+    """One append-only audit record of a state transition or a notable fact."""
+
+    seq: int
+    """Monotonic position in the event log (assigned by the store)."""
+    operation_id: str
+    src: OpState | None
+    """State before, ``None`` for creation and for facts that change no state."""
+    dst: OpState | None
+    attempt: int
+    at: datetime
+    detail: Mapping[str, Any]
+
+
+@dataclass(**_DC)
+class Lease:
+    """A per-thread lease: at most one live runner per thread (DESIGN §5)."""
+
+    thread_id: str
+    owner: str
+    token: int
+    """Fencing token: increases each time the lease changes hands."""
+    expires_at: datetime
+
+
+@dataclass(**_DC)
+class ThreadRecord:
+    """The input a thread was started with, kept so a run that never checkpointed can restart."""
+
+    thread_id: str
+    input: Mapping[str, Any]
+    created_at: datetime
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(**_DC)
+class LedgerMetrics:
+    """Health figures computed from the ledger alone."""
+
+    by_state: Mapping[str, int]
+    operations: int
+    first_attempt_success_rate: float | None
+    """SUCCEEDED with attempt 1 over all SUCCEEDED; ``None`` when none succeeded."""
+    mean_attempts: float | None
+    """Mean attempts over operations that started at least one attempt."""
+    results_reused: int
+    """Times a stored receipt was returned instead of calling the tool."""
+    open_unknowns: int
+    """Operations in UNKNOWN or NEEDS_RECONCILIATION."""
+    oldest_reconciliation_age_s: float | None
+    """Age in seconds of the oldest NEEDS_RECONCILIATION operation; ``None`` if none."""

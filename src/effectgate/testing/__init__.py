@@ -1,0 +1,1 @@
+"""effectgate subpackage (filled in by its issue)."""
