@@ -1,0 +1,185 @@
+"""Turn a model spec string into a chat model, and load scripts for the offline model.
+
+Specs:
+
+- ``scripted:<name or path>``: :class:`ScriptedChatModel` playing a packaged
+  script (``scripted:incident``) or a ``.yaml``/``.yml``/``.json`` file.
+- ``openai:<model>``: ``langchain_openai.ChatOpenAI`` against the OpenAI API or
+  any OpenAI-compatible server (llama.cpp, vLLM, Ollama), configured from
+  arguments or ``$OPENAI_BASE_URL`` / ``$OPENAI_API_KEY``; temperature 0.
+
+Model retries and effectgate's retries are separate and do not multiply.
+``ChatOpenAI`` retries a failed *model request* (HTTP 408/409/429/5xx,
+timeouts, connection errors) up to ``max_retries`` times, so one model step is
+at most ``1 + max_retries`` HTTP requests. A model request has no side effect:
+re-sending it can only cost tokens. effectgate's ledger attempts (DESIGN §3,
+§6) apply only to tool effects, and a model retry never re-dispatches a tool:
+tool calls are dispatched by effect nodes, after review, from the AIMessage
+that was checkpointed once the model step returned. The openai client's
+implicit default is also 2 retries (notes/langgraph-semantics.md §8), but it is
+passed explicitly here (``DEFAULT_OPENAI_MAX_RETRIES``) so the number of
+requests a fake server sees is visible in the code, not hidden in a library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from langchain_core.language_models import BaseChatModel
+
+from effectgate.errors import ConfigError
+from effectgate.models._scripted import ScriptedChatModel, validate_script
+
+__all__ = ["DEFAULT_OPENAI_MAX_RETRIES", "load_script", "make_model"]
+
+DEFAULT_OPENAI_MAX_RETRIES = 2
+"""Retries of one failed model request (3 HTTP requests at most); never a tool retry."""
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+_PACKAGE = "effectgate.demo"
+_SPEC_HELP = "use 'scripted:<name or path>' (e.g. scripted:incident) or 'openai:<model>'"
+
+
+def _packaged_names() -> list[str]:
+    root = resources.files(_PACKAGE)
+    return sorted(
+        entry.name.rsplit(".", 1)[0]
+        for entry in root.iterdir()
+        if entry.name.endswith(_SUFFIXES) and entry.is_file()
+    )
+
+
+def _load_packaged(name: str) -> dict[str, Any]:
+    root = resources.files(_PACKAGE)
+    for suffix in _SUFFIXES:
+        entry = root / f"{name}{suffix}"
+        if entry.is_file():
+            return _parse(entry.read_text(encoding="utf-8"), suffix, f"'{name}' (packaged)")
+    raise ConfigError(
+        f"unknown script {name!r}: packaged scripts are {_packaged_names()}; "
+        f"otherwise give a path ending in {', '.join(_SUFFIXES)}"
+    )
+
+
+def _parse(text: str, suffix: str, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"script {source}: invalid JSON: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"script {source}: invalid YAML: {exc}") from exc
+    return validate_script(data, source=source)
+
+
+def load_script(name_or_path: str) -> dict[str, Any]:
+    """Load and validate a script for :class:`ScriptedChatModel`.
+
+    A bare name without a path separator or script suffix names a script
+    packaged in ``effectgate.demo`` (``"incident"`` is the demo's default);
+    anything else is a file path.
+
+    Args:
+        name_or_path: a packaged name, or a ``.yaml``/``.yml``/``.json`` path.
+
+    Returns:
+        The validated script, a JSON-clean dict with ``name`` and ``turns``.
+
+    Raises:
+        ConfigError: unknown packaged name, missing or unreadable file, wrong
+            suffix, unparsable text, or a script with a bad shape.
+    """
+    text = name_or_path.strip()
+    if not text:
+        raise ConfigError("empty script name: " + _SPEC_HELP)
+    is_path = os.sep in text or "/" in text or text.endswith(_SUFFIXES)
+    if not is_path:
+        return _load_packaged(text)
+    path = Path(text).expanduser()
+    if path.suffix not in _SUFFIXES:
+        raise ConfigError(f"script {path}: the file must end in {', '.join(_SUFFIXES)}")
+    if not path.is_file():
+        raise ConfigError(f"script file not found: {path}")
+    try:
+        body = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"script {path}: cannot be read: {exc}") from exc
+    return _parse(body, path.suffix, str(path))
+
+
+def _make_openai(
+    model: str,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    max_retries: int,
+    timeout_s: float,
+) -> BaseChatModel:
+    key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    if not key:
+        raise ConfigError(
+            f"openai:{model} needs an API key: pass --api-key or set OPENAI_API_KEY "
+            "(a local OpenAI-compatible server accepts any non-empty key)"
+        )
+    if max_retries < 0:
+        raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
+    if timeout_s <= 0:
+        raise ConfigError(f"timeout_s must be > 0 seconds, got {timeout_s}")
+    from langchain_openai import ChatOpenAI  # heavy import, only when asked for
+
+    return ChatOpenAI(
+        model=model,
+        base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+        api_key=key,  # type: ignore[arg-type]  # pydantic coerces str to SecretStr
+        max_retries=max_retries,
+        timeout=timeout_s,
+        temperature=0,
+    )
+
+
+def make_model(
+    spec: str,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    max_retries: int = DEFAULT_OPENAI_MAX_RETRIES,
+    timeout_s: float = 60.0,
+    fresh_ids: bool = False,
+) -> BaseChatModel:
+    """Build the chat model a spec string names.
+
+    Construction does no network I/O; an ``openai:`` model first talks to its
+    server on the first call.
+
+    Args:
+        spec: ``"scripted:<name or path>"`` or ``"openai:<model>"``.
+        base_url: OpenAI-compatible endpoint (``http://127.0.0.1:8080/v1``);
+            default ``$OPENAI_BASE_URL``, else the official API.
+        api_key: default ``$OPENAI_API_KEY``; required for ``openai:``.
+        max_retries: retries of one failed model request (not of tools); see
+            the module docstring.
+        timeout_s: per-request timeout in seconds.
+        fresh_ids: scripted model only; random ids as a re-proposing model would.
+
+    Returns:
+        A ``ScriptedChatModel`` or a ``ChatOpenAI``; both support ``bind_tools``.
+
+    Raises:
+        ConfigError: unknown provider, empty name, bad script, missing API key,
+            negative ``max_retries`` or non-positive ``timeout_s``.
+    """
+    provider, sep, rest = spec.partition(":")
+    rest = rest.strip()
+    if not sep or not rest:
+        raise ConfigError(f"bad model spec {spec!r}: {_SPEC_HELP}")
+    if provider == "scripted":
+        return ScriptedChatModel.from_file(rest, fresh_ids=fresh_ids)
+    if provider == "openai":
+        return _make_openai(
+            rest, base_url=base_url, api_key=api_key, max_retries=max_retries, timeout_s=timeout_s
+        )
+    raise ConfigError(f"unknown model provider {provider!r} in {spec!r}: {_SPEC_HELP}")
