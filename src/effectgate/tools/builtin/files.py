@@ -1,0 +1,373 @@
+"""File tools confined to a workspace: read_file, list_dir, write_file, append_file.
+
+Paths are checked twice (see ``effectgate.tools._workspace``): lexically by the
+argument schema, so a bad path is a ``ToolCallError`` before review, and
+physically at execution, by walking directory descriptors, so a symlink
+swapped in after review cannot redirect a write. A refusal at execution is
+``Rejected`` with the ``WorkspaceError`` as its ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from effectgate.errors import NotAccepted, OutcomeUnknown, Rejected, WorkspaceError
+from effectgate.tools._contract import EffectKind, ToolContext, ToolResult, ToolSpec
+from effectgate.tools._workspace import Location, locate, normalize_relative
+
+__all__ = [
+    "AppendFileArgs",
+    "ListDirArgs",
+    "ReadFileArgs",
+    "WriteFileArgs",
+    "file_tools",
+]
+
+MAX_READ_BYTES = 1024 * 1024
+"""read_file refuses larger files, and write_file's preview omits their diff (bytes)."""
+MAX_PREVIEW_LINES = 400
+"""Longer previews are cut, with a note saying how many lines were left out."""
+
+_TRANSIENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EMFILE, errno.ENFILE}
+)
+"""OS errors worth retrying later (disk full, descriptors exhausted); others are permanent."""
+
+
+def _checked_path(value: str) -> str:
+    try:
+        return normalize_relative(value)
+    except WorkspaceError as exc:
+        # pydantic turns ValueError into a validation error -> ToolCallError.
+        raise ValueError(str(exc)) from exc
+
+
+def _checked_file_path(value: str) -> str:
+    path = _checked_path(value)
+    if path == ".":
+        raise ValueError("path names the workspace itself, not a file")
+    return path
+
+
+WorkspacePath = Annotated[str, AfterValidator(_checked_path)]
+WorkspaceFilePath = Annotated[str, AfterValidator(_checked_file_path)]
+_SCHEMA = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReadFileArgs(BaseModel):
+    """Arguments of read_file."""
+
+    model_config = _SCHEMA
+    path: WorkspaceFilePath = Field(description="File path relative to the workspace.")
+
+
+class ListDirArgs(BaseModel):
+    """Arguments of list_dir."""
+
+    model_config = _SCHEMA
+    path: WorkspacePath = Field(".", description="Directory relative to the workspace.")
+
+
+class WriteFileArgs(BaseModel):
+    """Arguments of write_file."""
+
+    model_config = _SCHEMA
+    path: WorkspaceFilePath = Field(description="File path relative to the workspace.")
+    content: str = Field(description="The whole new content of the file (UTF-8 text).")
+
+
+class AppendFileArgs(BaseModel):
+    """Arguments of append_file."""
+
+    model_config = _SCHEMA
+    path: WorkspaceFilePath = Field(description="File path relative to the workspace.")
+    content: str = Field(description="Text to add at the end of the file (UTF-8).")
+
+
+@contextmanager
+def _not_applied_on_error(tool: str, path: str) -> Iterator[None]:
+    """Translate refusals and OS errors raised before anything was changed."""
+    try:
+        yield
+    except WorkspaceError as exc:
+        raise Rejected(f"{tool}: {exc}") from exc
+    except OSError as exc:
+        message = f"{tool} {path!r}: {exc.strerror or exc}"
+        if exc.errno in _TRANSIENT_ERRNOS:
+            raise NotAccepted(message) from exc
+        raise Rejected(message) from exc
+
+
+def _leaf(loc: Location, path: str) -> str:
+    if loc.name is None:
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    return loc.name
+
+
+def _read_leaf(loc: Location, path: str) -> bytes:
+    """Read a regular file at ``loc`` without following a symlink swapped in late."""
+    fd = os.open(_leaf(loc, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=loc.dir_fd)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if st.st_size > MAX_READ_BYTES:
+            raise OSError(errno.EFBIG, f"file is {st.st_size} bytes, over {MAX_READ_BYTES}", path)
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _existing_mode(dir_fd: int, name: str) -> int | None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", name)
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+
+
+def _write_temp(dir_fd: int, data: bytes, mode: int | None) -> str:
+    """Write ``data`` to a fresh temp file in ``dir_fd``, fsync it, and return its name."""
+    tmp = f".effectgate-{secrets.token_hex(8)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o666, dir_fd=dir_fd)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # keep the replaced file's permissions
+        _write_all(fd, data)
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _fsync_dirs(loc: Location) -> None:
+    # New directories are durable only once their parents are synced too.
+    for fd in loc.lineage if loc.created_dirs else [loc.dir_fd]:
+        os.fsync(fd)
+
+
+def _replace_atomically(loc: Location, name: str, data: bytes) -> None:
+    """Temp file + fsync + rename + fsync(dir): readers see old or new bytes, never a mix."""
+    tmp = _write_temp(loc.dir_fd, data, _existing_mode(loc.dir_fd, name))
+    try:
+        # rename does not follow a symlink at ``name``: one swapped in now is replaced.
+        os.replace(tmp, name, src_dir_fd=loc.dir_fd, dst_dir_fd=loc.dir_fd)
+    except OSError:
+        os.unlink(tmp, dir_fd=loc.dir_fd)
+        raise
+
+
+def _clip_lines(lines: list[str]) -> str:
+    if len(lines) > MAX_PREVIEW_LINES:
+        more = len(lines) - MAX_PREVIEW_LINES
+        lines = [*lines[:MAX_PREVIEW_LINES], f"... ({more} more lines not shown)\n"]
+    return "".join(lines)
+
+
+def _diff(path: str, old: str | None, new: str) -> str:
+    lines = []
+    diff = difflib.unified_diff(
+        [] if old is None else old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile="/dev/null" if old is None else f"a/{path}",
+        tofile=f"b/{path}",
+    )
+    for line in diff:
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    if not lines:
+        return f"no change: {path} already holds exactly this content\n"
+    return _clip_lines(lines)
+
+
+class _FileTools:
+    """The four tools, sharing one workspace root."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+
+    def read_file(self, args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
+        with (
+            _not_applied_on_error("read_file", args.path),
+            locate(self.workspace, args.path) as loc,
+        ):
+            data = _read_leaf(loc, args.path)
+        return ToolResult(value={"path": args.path, "content": data.decode("utf-8", "replace")})
+
+    def list_dir(self, args: ListDirArgs, ctx: ToolContext) -> ToolResult:
+        entries: list[dict[str, str]] = []
+        with (
+            _not_applied_on_error("list_dir", args.path),
+            locate(self.workspace, args.path, open_final=True) as loc,
+        ):
+            for entry in os.scandir(loc.dir_fd):
+                entries.append({"name": entry.name, "type": _entry_type(entry)})
+        entries.sort(key=lambda e: e["name"])
+        return ToolResult(value={"path": args.path, "entries": entries})
+
+    def write_file(self, args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
+        data = args.content.encode("utf-8")
+        with (
+            _not_applied_on_error("write_file", args.path),
+            locate(self.workspace, args.path, missing="create") as loc,
+        ):
+            _replace_atomically(loc, _leaf(loc, args.path), data)
+            try:
+                _fsync_dirs(loc)
+            except OSError as exc:
+                # The new content is in place but may not survive a power cut.
+                raise OutcomeUnknown(f"write_file {args.path!r}: fsync failed: {exc}") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        value = {"path": args.path, "bytes": len(data), "sha256": digest}
+        return ToolResult(value=value, reference=f"sha256:{digest}")
+
+    def append_file(self, args: AppendFileArgs, ctx: ToolContext) -> ToolResult:
+        data = args.content.encode("utf-8")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        with (
+            _not_applied_on_error("append_file", args.path),
+            locate(self.workspace, args.path, missing="create") as loc,
+        ):
+            fd = os.open(_leaf(loc, args.path), flags, 0o666, dir_fd=loc.dir_fd)
+            try:
+                size = self._append(fd, loc, data, args.path)
+            finally:
+                os.close(fd)
+        return ToolResult(value={"path": args.path, "bytes": len(data), "size": size})
+
+    @staticmethod
+    def _append(fd: int, loc: Location, data: bytes, path: str) -> int:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+            _fsync_dirs(loc)
+        except OSError as exc:
+            # Some bytes may already be in the file: a retry could duplicate them.
+            raise OutcomeUnknown(f"append_file {path!r}: {exc.strerror or exc}") from exc
+        return os.fstat(fd).st_size
+
+    def current_text(self, path: str) -> str | None:
+        """Return the file's current text, or ``None`` when it does not exist yet."""
+        with locate(self.workspace, path, missing="lexical") as loc:
+            if loc.name is not None and "/" in loc.name:
+                return None  # a parent directory is missing: a new file
+            try:
+                return _read_leaf(loc, path).decode("utf-8", "replace")
+            except FileNotFoundError:
+                return None
+
+    def write_preview(self, args: WriteFileArgs) -> str:
+        try:
+            old = self.current_text(args.path)
+        except WorkspaceError as exc:
+            return f"REFUSED: {exc}\n"
+        except OSError as exc:
+            return f"cannot show a diff ({exc.strerror or exc}); the file will be replaced\n"
+        return _diff(args.path, old, args.content)
+
+    def append_preview(self, args: AppendFileArgs) -> str:
+        lines = [f"+{line}" for line in args.content.splitlines(keepends=True)]
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n(no newline at the end: the next append continues this line)\n"
+        head = f"append {len(args.content.encode('utf-8'))} bytes to {args.path}:\n"
+        return head + _clip_lines(lines)
+
+
+def _entry_type(entry: os.DirEntry[Any]) -> str:
+    if entry.is_symlink():
+        return "symlink"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
+
+
+def file_tools(workspace: str | os.PathLike[str]) -> list[ToolSpec]:
+    """Build the file tools for one workspace directory.
+
+    Every path is relative to ``workspace`` and confined to it: ``..`` and
+    absolute paths are refused by the schema (``ToolCallError`` from
+    ``ToolSpec.normalize``), and symlinks leading out are refused when the tool
+    runs (``Rejected`` with the ``WorkspaceError`` as ``__cause__``). Symlinks
+    that stay inside the workspace are followed.
+
+    - ``read_file(path)`` (READ) -> ``{"path", "content"}``; UTF-8, undecodable
+      bytes replaced; files over ``MAX_READ_BYTES`` are refused.
+    - ``list_dir(path=".")`` (READ) -> ``{"path", "entries": [{"name", "type"}]}``,
+      sorted by name; type is ``file``, ``dir``, ``symlink`` or ``other``.
+    - ``write_file(path, content)`` (IDEMPOTENT) replaces the whole content
+      atomically: temp file in the same directory, fsync, ``rename``, fsync of
+      the directory; missing parent directories are created. Result
+      ``{"path", "bytes", "sha256"}``, reference ``sha256:<hex>``. Preview: a
+      unified diff against the current content (``/dev/null`` for new files).
+    - ``append_file(path, content)`` (UNSAFE: a repeat appends twice) appends
+      the bytes and fsyncs. Result ``{"path", "bytes", "size"}``.
+
+    Args:
+        workspace: the directory the tools may touch. It is looked up at each
+            call, so it may be created after the tools are built.
+
+    Returns:
+        ``[read_file, list_dir, write_file, append_file]``.
+
+    Note:
+        Atomic replace: temp + fsync + rename + fsync(dir), as in
+        ``rename(2)`` and LWN's "Ensuring data reaches disk" (2011).
+    """
+    tools = _FileTools(Path(workspace))
+    return [
+        ToolSpec(
+            name="read_file",
+            description="Read a UTF-8 text file in the workspace.",
+            args_schema=ReadFileArgs,
+            func=tools.read_file,
+            kind=EffectKind.READ,
+        ),
+        ToolSpec(
+            name="list_dir",
+            description="List the entries of a directory in the workspace.",
+            args_schema=ListDirArgs,
+            func=tools.list_dir,
+            kind=EffectKind.READ,
+        ),
+        ToolSpec(
+            name="write_file",
+            description="Replace the whole content of a file in the workspace (creates it).",
+            args_schema=WriteFileArgs,
+            func=tools.write_file,
+            kind=EffectKind.IDEMPOTENT,
+            preview=tools.write_preview,
+        ),
+        ToolSpec(
+            name="append_file",
+            description="Append text to the end of a file in the workspace (creates it).",
+            args_schema=AppendFileArgs,
+            func=tools.append_file,
+            kind=EffectKind.UNSAFE,
+            preview=tools.append_preview,
+        ),
+    ]
