@@ -1,0 +1,340 @@
+"""Start, fault and inspect the demo's external systems from tests, notebooks and the CLI.
+
+``DemoServices`` runs the ticket service and the mail sink as subprocesses
+(``sys.executable -m ...``) bound to loopback, with their SQLite files and
+logs under one ``data_dir``; restarting on the same ``data_dir`` sees the
+same world (only the ports change). ``read_tickets`` / ``read_mails`` read
+those files directly: they are the oracle for "did it happen?" and work while
+a server is down.
+
+Example::
+
+    with DemoServices(tmp_path) as services:
+        endpoints = services.endpoints
+        services.set_fault("tickets", "timeout-after-commit", delay_s=1)
+        ...
+        assert len(services.tickets()) == 1
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal
+
+import httpx
+
+from effectgate.demo._faults import check_loopback, write_ready_file
+
+__all__ = ["DemoServices", "ServiceEndpoints", "read_mails", "read_tickets"]
+
+Service = Literal["tickets", "mail"]
+
+TICKETS_DB = "tickets.sqlite3"
+MAIL_DB = "mail.sqlite3"
+ENDPOINTS_FILE = "endpoints.json"
+_MODULES: dict[str, str] = {
+    "tickets": "effectgate.demo.ticket_service",
+    "mail": "effectgate.demo.mail_sink",
+}
+_DBS: dict[str, str] = {"tickets": TICKETS_DB, "mail": MAIL_DB}
+_STOP_GRACE_S = 5.0
+_POLL_S = 0.02
+_ADMIN_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceEndpoints:
+    """Where the running demo services listen."""
+
+    ticket_url: str
+    """Base URL of the ticket service, e.g. ``"http://127.0.0.1:PORT"``."""
+    smtp_host: str
+    """Host of the mail sink's SMTP server (loopback)."""
+    smtp_port: int
+    """TCP port of the mail sink's SMTP server."""
+    mail_url: str
+    """Base URL of the mail sink's HTTP API, e.g. ``"http://127.0.0.1:PORT"``."""
+
+
+ServiceEndpoints.__module__ = "effectgate.demo"
+
+
+def read_tickets(data_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read every ticket from the ticket service's own SQLite file under ``data_dir``.
+
+    Returns:
+        Tickets ordered by id, as the API shapes them; ``[]`` before the first start.
+    """
+    from effectgate.demo.ticket_service import read_tickets_db
+
+    return read_tickets_db(Path(data_dir) / TICKETS_DB)
+
+
+def read_mails(data_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read every delivered message from the mail sink's own SQLite file under ``data_dir``.
+
+    Returns:
+        Messages oldest first, as ``GET /messages`` shapes them; ``[]`` before the first start.
+    """
+    from effectgate.demo.mail_sink import read_mails_db
+
+    return read_mails_db(Path(data_dir) / MAIL_DB)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+@dataclass(slots=True)
+class _Running:
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    ready: dict[str, Any]
+
+
+class DemoServices:
+    """The ticket service and the mail sink, as child processes on loopback.
+
+    Children also exit when this process dies (they watch their parent pid),
+    and ``stop`` runs at interpreter exit, so tests never leak servers.
+
+    Args:
+        data_dir: directory for ``tickets.sqlite3``, ``mail.sqlite3``, ``*.log``
+            and ``endpoints.json``; created if missing.
+        host: loopback address both servers bind.
+        startup_timeout: seconds to wait for each server's ready file.
+
+    Raises:
+        ConfigError: ``host`` is not loopback.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 15.0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = check_loopback(host)
+        self.startup_timeout = startup_timeout
+        self._running: dict[str, _Running] = {}
+        self._endpoints: ServiceEndpoints | None = None
+
+    def start(self) -> ServiceEndpoints:
+        """Start both servers, wait until they listen, and write ``endpoints.json``.
+
+        Returns:
+            The endpoints of the running servers.
+
+        Raises:
+            RuntimeError: a server exited or did not get ready within ``startup_timeout``.
+        """
+        if self._endpoints is not None:
+            return self._endpoints
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        try:
+            for service in _MODULES:
+                self._running[service] = self._launch(service)
+        except BaseException:
+            self.stop()
+            raise
+        return self._publish()
+
+    def stop(self) -> None:
+        """Terminate both servers (SIGTERM, then SIGKILL after a grace period); idempotent."""
+        for service in list(self._running):
+            self._halt(service)
+        if self._endpoints is not None:
+            # A stale endpoints.json would point people at ports nobody listens on.
+            (self.data_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+        self._endpoints = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> DemoServices:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def endpoints(self) -> ServiceEndpoints:
+        """The running servers' endpoints.
+
+        Raises:
+            RuntimeError: the services are not started.
+        """
+        if self._endpoints is None:
+            raise RuntimeError("DemoServices is not started; call start() first")
+        return self._endpoints
+
+    def restart(self, service: Service) -> ServiceEndpoints:
+        """Start ``service`` again on the same data (after a crash, or stopping it first).
+
+        Returns:
+            The new endpoints (the restarted server listens on a new port).
+
+        Raises:
+            RuntimeError: the services are not started, or the server did not get ready.
+        """
+        self.endpoints  # noqa: B018 - raises when not started
+        self._halt(service)
+        self._running[service] = self._launch(service)
+        return self._publish()
+
+    def alive(self, service: Service) -> bool:
+        """Return whether ``service``'s process is running."""
+        running = self._running.get(service)
+        return running is not None and running.process.poll() is None
+
+    def set_fault(
+        self,
+        service: Service,
+        mode: str = "normal",
+        *,
+        lookups: str = "ok",
+        delay_s: float | None = None,
+        retry_after_s: int | None = None,
+        times: int | None = None,
+    ) -> None:
+        """Replace ``service``'s fault at runtime (``POST /_admin/fault``); None = default.
+
+        Args:
+            service: ``"tickets"`` or ``"mail"``.
+            mode: a ``FaultMode`` value, e.g. ``"timeout-after-commit"``.
+            lookups: ``"ok"`` or ``"unavailable"``.
+            delay_s: seconds for ``slow`` and the hold of ``timeout-after-commit`` (default 10).
+            retry_after_s: seconds announced in ``Retry-After`` (default 1).
+            times: requests an ``-after-commit`` / ``transient-once`` fault lasts (default 1).
+
+        Raises:
+            httpx.HTTPStatusError: the server refused the fault (unknown mode, bad value).
+        """
+        payload: dict[str, Any] = {"mode": str(mode), "lookups": lookups}
+        optional = {"delay_s": delay_s, "retry_after_s": retry_after_s, "times": times}
+        payload.update({key: value for key, value in optional.items() if value is not None})
+        self._admin("POST", service, "/_admin/fault", payload)
+
+    def set_error_rate(self, service_name: str, rate: float) -> None:
+        """Set the error rate the ticket service reports for ``service_name`` (fraction 0..1)."""
+        body = {"service": service_name, "error_rate": rate}
+        self._admin("PUT", "tickets", "/metrics/error_rate", body)
+
+    def tickets(self) -> list[dict[str, Any]]:
+        """Read every ticket from the ticket service's own SQLite file (works while down)."""
+        return read_tickets(self.data_dir)
+
+    def mails(self) -> list[dict[str, Any]]:
+        """Read every delivered message from the sink's own SQLite file (works while down)."""
+        return read_mails(self.data_dir)
+
+    def stats(self, service: Service) -> dict[str, Any]:
+        """Return ``GET /_admin/stats`` of ``service``.
+
+        Tickets: ``{"create_requests", "tickets"}``; mail: ``{"data_commands", "messages"}``.
+        """
+        result: dict[str, Any] = self._admin("GET", service, "/_admin/stats", None)
+        return result
+
+    def _admin(self, method: str, service: Service, path: str, body: Any) -> Any:
+        endpoints = self.endpoints
+        base = endpoints.ticket_url if service == "tickets" else endpoints.mail_url
+        response = httpx.request(method, base + path, json=body, timeout=_ADMIN_TIMEOUT_S)
+        response.raise_for_status()
+        return response.json()
+
+    def _launch(self, service: str) -> _Running:
+        ready_file = self.data_dir / f"{service}.ready.json"
+        ready_file.unlink(missing_ok=True)
+        ports = (
+            ["--port", "0"] if service == "tickets" else ["--smtp-port", "0", "--http-port", "0"]
+        )
+        command = [
+            sys.executable,
+            "-m",
+            _MODULES[service],
+            "--db",
+            str(self.data_dir / _DBS[service]),
+            "--host",
+            self.host,
+            *ports,
+            "--ready-file",
+            str(ready_file),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        log = (self.data_dir / f"{service}.log").open("ab")
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+        running = _Running(process=process, log=log, ready={})
+        try:
+            running.ready = self._await_ready(service, process, ready_file)
+        except BaseException:
+            self._terminate(running)
+            raise
+        return running
+
+    def _await_ready(
+        self, service: str, process: subprocess.Popen[bytes], ready_file: Path
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if ready_file.exists():
+                ready: dict[str, Any] = json.loads(ready_file.read_text(encoding="utf-8"))
+                if ready.get("pid") == process.pid:
+                    return ready
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{service} server exited with status {process.returncode} before it was "
+                    f"ready; see {self.data_dir / (service + '.log')}"
+                )
+            time.sleep(_POLL_S)
+        raise RuntimeError(f"{service} server not ready within {self.startup_timeout} s")
+
+    def _publish(self) -> ServiceEndpoints:
+        tickets, mail = self._running["tickets"].ready, self._running["mail"].ready
+        self._endpoints = ServiceEndpoints(
+            ticket_url=_url(self.host, int(tickets["port"])),
+            smtp_host=self.host,
+            smtp_port=int(mail["smtp_port"]),
+            mail_url=_url(self.host, int(mail["http_port"])),
+        )
+        write_ready_file(self.data_dir / ENDPOINTS_FILE, dataclasses.asdict(self._endpoints))
+        return self._endpoints
+
+    def _halt(self, service: str) -> None:
+        running = self._running.pop(service, None)
+        if running is not None:
+            self._terminate(running)
+            (self.data_dir / f"{service}.ready.json").unlink(missing_ok=True)
+
+    @staticmethod
+    def _terminate(running: _Running) -> None:
+        process = running.process
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        with contextlib.suppress(OSError):
+            running.log.close()
