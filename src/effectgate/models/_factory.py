@@ -19,6 +19,12 @@ that was checkpointed once the model step returned. The openai client's
 implicit default is also 2 retries (notes/langgraph-semantics.md §8), but it is
 passed explicitly here (``DEFAULT_OPENAI_MAX_RETRIES``) so the number of
 requests a fake server sees is visible in the code, not hidden in a library.
+
+``ChatOpenAI`` is built with ``disable_streaming="tool_calling"``: when tools
+are bound, ``stream()`` (and LangGraph's ``stream_mode="messages"``) makes one
+non-streaming request, because LangChain merges streamed tool-call arguments
+with a partial-JSON parser that turns invalid JSON (``{bad``) into ``{}``, so a
+malformed call would silently look like a valid call with no arguments.
 """
 
 from __future__ import annotations
@@ -138,6 +144,10 @@ def _make_openai(
         max_retries=max_retries,
         timeout=timeout_s,
         temperature=0,
+        # Streamed tool-call arguments are merged by a partial-JSON parser that turns
+        # invalid JSON such as '{bad' into {}: a malformed call would look valid.
+        # Not streaming while tools are bound keeps it in invalid_tool_calls.
+        disable_streaming="tool_calling",
     )
 
 
