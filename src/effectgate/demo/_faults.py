@@ -42,6 +42,7 @@ __all__ = [
     "FaultState",
     "HttpProblem",
     "JsonRequestHandler",
+    "bind_address",
     "check_loopback",
     "connect_db",
     "migrate",
@@ -278,6 +279,15 @@ def check_loopback(host: str) -> str:
             "(127.0.0.0/8, ::1 or localhost)"
         )
     return host
+
+
+def bind_address(host: str) -> str:
+    """Return the one address to bind for a loopback ``host`` (``localhost`` -> 127.0.0.1).
+
+    Binding ``localhost`` with port 0 could open 127.0.0.1 and ::1 on two
+    different ports; one concrete address keeps "the port" well defined.
+    """
+    return "127.0.0.1" if check_loopback(host) == "localhost" else host
 
 
 def write_ready_file(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> None:

@@ -45,7 +45,7 @@ from effectgate.demo._faults import (
     FaultState,
     HttpProblem,
     JsonRequestHandler,
-    check_loopback,
+    bind_address,
     connect_db,
     migrate,
     utc_now_iso,
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parse_args(argv)
     try:
-        check_loopback(args.host)
+        args.host = bind_address(args.host)
     except ConfigError as exc:
         print(f"mail_sink: {exc}", file=sys.stderr)
         return 2

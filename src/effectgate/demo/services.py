@@ -33,7 +33,7 @@ from typing import IO, Any, Literal
 
 import httpx
 
-from effectgate.demo._faults import check_loopback, write_ready_file
+from effectgate.demo._faults import bind_address, write_ready_file
 
 __all__ = ["DemoServices", "ServiceEndpoints", "read_mails", "read_tickets"]
 
@@ -126,7 +126,7 @@ class DemoServices:
         startup_timeout: float = 15.0,
     ) -> None:
         self.data_dir = Path(data_dir)
-        self.host = check_loopback(host)
+        self.host = bind_address(host)
         self.startup_timeout = startup_timeout
         self._running: dict[str, _Running] = {}
         self._endpoints: ServiceEndpoints | None = None

@@ -47,7 +47,7 @@ from effectgate.demo._faults import (
     FaultState,
     HttpProblem,
     JsonRequestHandler,
-    check_loopback,
+    bind_address,
     connect_db,
     migrate,
     utc_now_iso,
@@ -440,17 +440,18 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parse_args(argv)
     try:
-        check_loopback(args.host)
+        host = bind_address(args.host)
     except ConfigError as exc:
         print(f"ticket_service: {exc}", file=sys.stderr)
         return 2
     watch_parent(args.parent_pid)
-    server = TicketServer(args.host, args.port, TicketStore(args.db))
+    server = TicketServer(host, args.port, TicketStore(args.db))
     port = int(server.server_address[1])
     signal.signal(signal.SIGTERM, _on_sigterm)
     if args.ready_file:
         write_ready_file(args.ready_file, {"port": port, "pid": os.getpid()})
-    print(f"ticket service listening on http://{args.host}:{port}", file=sys.stderr, flush=True)
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    print(f"ticket service listening on {url}", file=sys.stderr, flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
