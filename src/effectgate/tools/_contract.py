@@ -8,6 +8,7 @@ LangGraph (STYLE §1).
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,7 +83,9 @@ class Lookup:
     @classmethod
     def found(cls, value: Any, reference: str | None = None, detail: str = "") -> Lookup:
         """The effect happened; ``value`` is the result the tool would have returned."""
-        return cls(status="found", result=ToolResult(value=value, reference=reference), detail=detail)
+        return cls(
+            status="found", result=ToolResult(value=value, reference=reference), detail=detail
+        )
 
     @classmethod
     def not_found(cls, detail: str = "") -> Lookup:
@@ -108,6 +111,13 @@ class Reconciler(Protocol):
 
 
 ToolFunc = Callable[[Any, ToolContext], "ToolResult | Any"]
+
+
+def _takes_operation_id(preview: Callable[..., str]) -> bool:
+    try:
+        return "operation_id" in inspect.signature(preview).parameters
+    except (TypeError, ValueError):  # builtins and C callables may have no signature
+        return False
 
 
 def _default_requires_approval() -> None:
@@ -144,7 +154,11 @@ class ToolSpec:
     operation_key: Callable[[Any], str | None] | None = None
     """Business key over normalized args (``ticket:{alert_id}``); ``None`` -> default id."""
     preview: Callable[[Any], str] | None = None
-    """Reviewer-facing preview of normalized args (a unified diff, mail headers)."""
+    """Reviewer-facing preview of normalized args (a unified diff, mail headers).
+
+    It may also accept a keyword ``operation_id: str | None`` to show what is
+    derived from it (see ``render_preview``).
+    """
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -213,9 +227,18 @@ class ToolSpec:
                 return key
         return f"{thread_id}:{tool_call_id}"
 
-    def render_preview(self, args: BaseModel) -> str:
-        """Return the reviewer preview, or the args as indented JSON when none is defined."""
+    def render_preview(self, args: BaseModel, *, operation_id: str | None = None) -> str:
+        """Return the reviewer preview, or the args as indented JSON when none is defined.
+
+        Args:
+            args: normalized arguments.
+            operation_id: the call's operation id, when known; handed to a
+                preview that takes an ``operation_id`` keyword (send_email shows
+                the Message-ID derived from it).
+        """
         if self.preview is not None:
+            if operation_id is not None and _takes_operation_id(self.preview):
+                return self.preview(args, operation_id=operation_id)  # type: ignore[call-arg]
             return self.preview(args)
         import json
 
@@ -240,4 +263,3 @@ class ToolSpec:
         """
         out = self.func(args, ctx)
         return out if isinstance(out, ToolResult) else ToolResult(value=out)
-
