@@ -205,6 +205,11 @@ class MailSinkHandler:
         """Answer the end of DATA; the message is committed before any 250."""
         await asyncio.to_thread(self.store.count_data_command)
         decision = self.faults.next_action()
+        print(
+            f"DATA from {envelope.mail_from} to {envelope.rcpt_tos}: {decision.action}",
+            file=sys.stderr,
+            flush=True,
+        )
         if decision.action is Action.SLOW:
             await asyncio.sleep(decision.delay_s)
         elif decision.action is Action.REJECT:

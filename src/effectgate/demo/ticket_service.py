@@ -356,6 +356,8 @@ class TicketHandler(JsonRequestHandler):
             raise HttpProblem(status=400, error="missing_idempotency_key")
         fields = _parse_ticket(payload)
         decision = self.server.faults.next_action()
+        if decision.action is not Action.PROCEED:
+            self.log_message("fault %s on create with key %r", decision.action, key)
         if decision.action is Action.SLOW:
             time.sleep(decision.delay_s)
         elif decision.action is Action.REJECT:
