@@ -162,6 +162,16 @@ def test_template_without_result_key_resolves_against_whole_object() -> None:
         ),
         ({"status": "FAILED", "error": "HTTP 422"}, "(create_ticket failed: HTTP 422)"),
         (
+            {
+                "status": "rejected",
+                "message": "User rejected the tool call for `create_ticket` with reason: dup. "
+                "The tool was not executed. Do not retry this tool call unless the user asks.",
+                "executed": False,
+            },
+            "(create_ticket was rejected: User rejected the tool call for `create_ticket` "
+            "with reason: dup)",
+        ),
+        (
             {"status": "NEEDS_RECONCILIATION"},
             "(create_ticket ended with status NEEDS_RECONCILIATION)",
         ),

@@ -182,7 +182,8 @@ def _status_phrase(tool: str, obj: Any, message: ToolMessage) -> str:
     detail = ""
     if isinstance(obj, Mapping):
         found = [obj[k] for k in ("reason", "error", "message") if isinstance(obj.get(k), str)]
-        detail = f": {found[0][:_DETAIL_CHARS]}" if found else ""
+        # The first sentence carries the reason; the rest is advice meant for the model.
+        detail = f": {found[0].split('. ')[0].rstrip('.')[:_DETAIL_CHARS]}" if found else ""
     return f"{tool} {phrase}{detail}"
 
 
