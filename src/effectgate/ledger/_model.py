@@ -17,12 +17,15 @@ from effectgate.errors import IllegalTransitionError
 __all__ = [
     "TERMINAL",
     "TRANSITIONS",
+    "UNFINISHED",
     "Approval",
     "Budget",
     "Event",
+    "EventKind",
     "Lease",
     "LedgerMetrics",
     "OpState",
+    "OpenRequest",
     "Operation",
     "Receipt",
     "ThreadRecord",
@@ -46,6 +49,9 @@ class OpState(enum.StrEnum):
 
 TERMINAL: frozenset[OpState] = frozenset({OpState.SUCCEEDED, OpState.FAILED, OpState.REJECTED})
 """States an operation never leaves."""
+
+UNFINISHED: frozenset[OpState] = frozenset(OpState) - TERMINAL
+"""States an operation may still leave; the store keeps a partial index on them."""
 
 _S = OpState
 TRANSITIONS: Mapping[OpState, frozenset[OpState]] = {
@@ -88,10 +94,8 @@ def check_transition(operation_id: str, src: OpState, dst: OpState) -> None:
         raise IllegalTransitionError(operation_id=operation_id, src=src.value, dst=dst.value)
 
 
-_DC = {"frozen": True, "slots": True, "kw_only": True}
-
-
-@dataclass(**_DC)
+# Spelled out on each class (not ``**kwargs``) so type checkers see ``kw_only``.
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
     """Limits stored with an operation when it is created and never changed after.
 
@@ -104,12 +108,15 @@ class Budget:
     deadline_at: datetime | None = None
     """Aware UTC time after which no new attempt starts; ``None`` means no deadline."""
     backoff_base_s: float = 0.5
-    """Full-jitter backoff base in seconds: attempt n waits ``uniform(0, min(cap, base*2**(n-1)))``."""
+    """Full-jitter backoff base in seconds.
+
+    After attempt n the wait is ``uniform(0, min(cap, base * 2**(n-1)))``.
+    """
     backoff_cap_s: float = 30.0
     """Upper bound of one backoff wait, in seconds."""
 
 
-@dataclass(**_DC)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Receipt:
     """Proof that an operation took effect, with the identity it belongs to.
 
@@ -130,7 +137,7 @@ class Receipt:
     recorded_at: datetime
 
 
-@dataclass(**_DC)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Operation:
     """One business action and everything the ledger knows about it."""
 
@@ -163,7 +170,24 @@ class Operation:
         return self.state in TERMINAL
 
 
-@dataclass(**_DC)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenRequest:
+    """The arguments of ``Ledger.open``, as a value (one per call in ``record_review``)."""
+
+    operation_id: str
+    thread_id: str
+    tool_call_id: str
+    tool: str
+    tool_version: str
+    args: Mapping[str, Any]
+    """Normalized arguments, JSON-compatible."""
+    intent_hash: str
+    """Must equal ``intent_hash(tool, tool_version, args)``."""
+    budget: Budget | None = None
+    """Limits for a new operation; ``None`` means ``Budget()``. Ignored if the operation exists."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Approval:
     """One review decision, bound to exactly one intent hash until it expires."""
 
@@ -181,7 +205,22 @@ class Approval:
     """Aware UTC time after which the approval no longer authorises a first attempt."""
 
 
-@dataclass(**_DC)
+class EventKind(enum.StrEnum):
+    """What an event records."""
+
+    CREATED = "created"
+    """The operation row was created (``src`` is ``None``, ``dst`` is PROPOSED)."""
+    TRANSITION = "transition"
+    """The state changed from ``src`` to ``dst``."""
+    APPROVAL = "approval"
+    """A review decision was recorded that changed no state."""
+    RESULT_REUSED = "result_reused"
+    """A stored receipt was handed out instead of calling the tool."""
+    NOTE = "note"
+    """Any other fact worth keeping (``src`` and ``dst`` are ``None``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
     """One append-only audit record of a state transition or a notable fact."""
 
@@ -194,9 +233,10 @@ class Event:
     attempt: int
     at: datetime
     detail: Mapping[str, Any]
+    kind: EventKind = EventKind.TRANSITION
 
 
-@dataclass(**_DC)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Lease:
     """A per-thread lease: at most one live runner per thread (DESIGN §5)."""
 
@@ -207,7 +247,7 @@ class Lease:
     expires_at: datetime
 
 
-@dataclass(**_DC)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadRecord:
     """The input a thread was started with, kept so a run that never checkpointed can restart."""
 
@@ -217,7 +257,7 @@ class ThreadRecord:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(**_DC)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LedgerMetrics:
     """Health figures computed from the ledger alone."""
 

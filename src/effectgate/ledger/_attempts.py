@@ -1,0 +1,410 @@
+"""The attempt half of ``Ledger``: claim, record, transition, recover, reuse (DESIGN §3, §6).
+
+Every write here is one durable transaction holding a compare-and-set and
+its event. Claims and results are fenced by the attempt number.
+"""
+
+from __future__ import annotations
+
+import builtins
+import random
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from effectgate._clock import to_seconds
+from effectgate._intent import intent_hash as compute_intent_hash
+from effectgate.errors import ClaimLostError, LedgerCorruptError
+from effectgate.ledger._backoff import full_jitter_delay
+from effectgate.ledger._model import EventKind, Operation, OpState, Receipt, check_transition
+from effectgate.ledger._store import Change, Expect, NewEvent, StoreReader, StoreTransaction
+from effectgate.ledger._threads import ThreadsMixin
+
+__all__ = ["AttemptsMixin", "verified"]
+
+_S = OpState
+_CLAIMABLE = frozenset({_S.APPROVED, _S.RETRY_WAIT})
+_RESULT_STATES = frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT, _S.UNKNOWN})
+_RECOVERED = {"reason": "found IN_FLIGHT on recovery"}
+
+
+def verified(op: Operation) -> Operation:
+    """Re-check a loaded row's identity: its intent hash and its receipt's."""
+    oid = op.operation_id
+    try:
+        expected = compute_intent_hash(op.tool, op.tool_version, op.args)
+    except (ValueError, TypeError) as exc:
+        raise LedgerCorruptError(
+            f"stored arguments cannot be hashed ({exc})", operation_id=oid
+        ) from exc
+    if expected != op.intent_hash:
+        raise LedgerCorruptError(
+            f"stored intent hash {op.intent_hash[:12]}… does not match the stored tool and "
+            f"arguments, which hash to {expected[:12]}…",
+            operation_id=oid,
+        )
+    receipt = op.receipt
+    if receipt is not None and (receipt.operation_id, receipt.intent_hash) != (oid, expected):
+        raise LedgerCorruptError(
+            f"stored receipt belongs to operation {receipt.operation_id!r} with intent "
+            f"{receipt.intent_hash[:12]}…, not to this operation",
+            operation_id=oid,
+        )
+    return op
+
+
+def _detail(
+    detail: Mapping[str, Any] | None,
+    *,
+    error: str | None = None,
+    next_attempt_at: datetime | None = None,
+    receipt: Receipt | None = None,
+) -> dict[str, Any]:
+    out = dict(detail or {})
+    if error is not None:
+        out.setdefault("error", error)
+    if next_attempt_at is not None:
+        out.setdefault("next_attempt_at", next_attempt_at.isoformat())
+    if receipt is not None:
+        out.setdefault("receipt_source", receipt.source)
+        if receipt.reference is not None:
+            out.setdefault("reference", receipt.reference)
+    return out
+
+
+def _check_receipt(operation_id: str, state: OpState, receipt: Receipt | None) -> None:
+    if state is _S.SUCCEEDED and receipt is None:
+        raise ValueError(f"operation {operation_id!r}: SUCCEEDED needs a receipt")
+    if receipt is None:
+        return
+    if state is not _S.SUCCEEDED:
+        raise ValueError(f"operation {operation_id!r}: only SUCCEEDED carries a receipt")
+    if receipt.operation_id != operation_id:
+        raise ValueError(
+            f"operation {operation_id!r}: receipt is for operation {receipt.operation_id!r}"
+        )
+
+
+class AttemptsMixin(ThreadsMixin):
+    """Dispatch-side operations of ``Ledger``."""
+
+    _rng: random.Random
+
+    def claim(self, operation_id: str, *, attempt: int, worker: str) -> Operation:
+        """Claim attempt ``attempt`` by compare-and-set, committed durably before return.
+
+        Succeeds only if the operation is APPROVED or RETRY_WAIT with
+        ``attempt - 1`` attempts used; it becomes IN_FLIGHT with ``attempt``
+        used and ``claimed_by = worker``. Of N concurrent claimers (threads
+        or processes) exactly one wins. Call the tool only after this returns
+        (DESIGN §3: IN_FLIGHT is fsync'd before the side effect starts).
+
+        Args:
+            operation_id: the operation.
+            attempt: the attempt to start, 1-based; the fencing token of this attempt.
+            worker: who runs it, kept in ``claimed_by`` and the event.
+
+        Returns:
+            The operation, IN_FLIGHT.
+
+        Raises:
+            ClaimLostError: another worker claimed first, or the state or attempt moved.
+            ValueError: ``attempt`` exceeds the stored ``max_attempts`` ("budget exhausted").
+            KeyError: there is no such operation.
+
+        Note:
+            Fencing tokens: Kleppmann, *How to do distributed locking*, 2016.
+        """
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {attempt}")
+        now = self._now()
+        expect = Expect(states=_CLAIMABLE, attempt=attempt - 1, max_attempts_at_least=attempt)
+        change = Change(state=_S.IN_FLIGHT, updated_at=now, attempt=attempt, claimed_by=worker)
+        with self._store.transaction() as tx:
+            done = tx.compare_and_set(operation_id, expect, change)
+            if done is None:
+                raise self._claim_refusal(tx, operation_id, attempt)
+            src, op = done
+            op = verified(op)
+            facts = {"worker": worker}
+            self._event(tx, op, EventKind.TRANSITION, now, facts, src=src, dst=_S.IN_FLIGHT)
+        return op
+
+    def _claim_refusal(self, tx: StoreReader, operation_id: str, attempt: int) -> Exception:
+        cur = self._require(tx, operation_id)
+        if cur.state in _CLAIMABLE and cur.attempt == attempt - 1:
+            return ValueError(
+                f"operation {operation_id!r}: budget exhausted: attempt {attempt} exceeds "
+                f"max_attempts {cur.budget.max_attempts}"
+            )
+        return ClaimLostError(
+            operation_id=operation_id,
+            attempt=attempt,
+            current_attempt=cur.attempt,
+            current_state=cur.state.value,
+        )
+
+    def record_result(
+        self,
+        operation_id: str,
+        *,
+        attempt: int,
+        state: OpState,
+        receipt: Receipt | None = None,
+        error: str | None = None,
+        next_attempt_at: datetime | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> Operation:
+        """Record how attempt ``attempt`` ended, committed durably before return.
+
+        Fenced: accepted only while the operation is IN_FLIGHT with exactly
+        this attempt, so a stale attempt's late answer is refused.
+
+        Args:
+            operation_id: the operation.
+            attempt: the attempt that ran (the fencing token ``claim`` returned).
+            state: SUCCEEDED, FAILED (known not applied), RETRY_WAIT (known not
+                applied, retry later) or UNKNOWN (may have applied).
+            receipt: required for SUCCEEDED and only allowed there.
+            error: text for people; kept as the operation's last error.
+            next_attempt_at: aware time before which no new attempt starts.
+            detail: extra JSON-compatible facts for the event.
+
+        Returns:
+            The operation in ``state``.
+
+        Raises:
+            ClaimLostError: the operation is not IN_FLIGHT with this attempt.
+            ValueError: ``state`` is not an outcome, or the receipt is missing,
+                misplaced or for another operation.
+            LedgerCorruptError: the receipt's intent hash is not the operation's.
+            KeyError: there is no such operation.
+        """
+        if state not in _RESULT_STATES:
+            raise ValueError(f"{state} is not an attempt outcome ({', '.join(_RESULT_STATES)})")
+        _check_receipt(operation_id, state, receipt)
+        now = self._now()
+        expect = Expect(
+            states=frozenset({_S.IN_FLIGHT}),
+            attempt=attempt,
+            intent_hash=None if receipt is None else receipt.intent_hash,
+        )
+        change = Change(
+            state=state,
+            updated_at=now,
+            receipt=receipt,
+            error=error,
+            next_attempt_at=next_attempt_at,
+        )
+        facts = _detail(detail, error=error, next_attempt_at=next_attempt_at, receipt=receipt)
+        with self._store.transaction() as tx:
+            op = self._cas(tx, operation_id, expect, change, facts, attempt=attempt)
+        return op
+
+    def transition(
+        self,
+        operation_id: str,
+        *,
+        src: OpState,
+        dst: OpState,
+        receipt: Receipt | None = None,
+        error: str | None = None,
+        next_attempt_at: datetime | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> Operation:
+        """Move an operation from ``src`` to ``dst`` by compare-and-set, durably.
+
+        For every change that is not a claim or an attempt's own result:
+        reconciliation (UNKNOWN -> SUCCEEDED), parking (UNKNOWN ->
+        NEEDS_RECONCILIATION), a human verdict, a spent budget
+        (RETRY_WAIT/APPROVED -> FAILED). The attempt count is kept.
+
+        Args:
+            operation_id: the operation.
+            src: the state the caller saw; the change applies only if it still holds.
+            dst: the new state; never IN_FLIGHT (use ``claim``).
+            receipt: required when ``dst`` is SUCCEEDED, refused otherwise.
+            error: text for people; kept as the operation's last error.
+            next_attempt_at: aware time before which no new attempt starts (``None`` clears).
+            detail: extra JSON-compatible facts for the event.
+
+        Returns:
+            The operation in ``dst``.
+
+        Raises:
+            IllegalTransitionError: ``src -> dst`` is not in ``TRANSITIONS``.
+            ClaimLostError: the operation is no longer in ``src``.
+            ValueError: ``dst`` is IN_FLIGHT, or the receipt is missing or misplaced.
+            LedgerCorruptError: the receipt's intent hash is not the operation's.
+            KeyError: there is no such operation.
+        """
+        check_transition(operation_id, src, dst)
+        if dst is _S.IN_FLIGHT:
+            raise ValueError("an attempt starts only through claim(), which fences it")
+        _check_receipt(operation_id, dst, receipt)
+        now = self._now()
+        expect = Expect(
+            states=frozenset({src}), intent_hash=None if receipt is None else receipt.intent_hash
+        )
+        change = Change(
+            state=dst, updated_at=now, receipt=receipt, error=error, next_attempt_at=next_attempt_at
+        )
+        facts = _detail(detail, error=error, next_attempt_at=next_attempt_at, receipt=receipt)
+        with self._store.transaction() as tx:
+            return self._cas(tx, operation_id, expect, change, facts)
+
+    def withdraw_approval(self, operation_id: str, *, reason: str) -> Operation:
+        """Send an APPROVED operation back to PROPOSED, e.g. because its approval expired.
+
+        Raises:
+            ClaimLostError: the operation is no longer APPROVED.
+            KeyError: there is no such operation.
+        """
+        return self.transition(
+            operation_id, src=_S.APPROVED, dst=_S.PROPOSED, detail={"reason": reason}
+        )
+
+    def recover_in_flight(self, *, thread_id: str | None = None) -> builtins.list[Operation]:
+        """Turn every IN_FLIGHT operation (of one thread, or all) into UNKNOWN.
+
+        Call it on start-up, while holding the thread's lease: an attempt
+        found IN_FLIGHT belonged to a process that is gone, so its outcome is
+        unknown, never "not done" (DESIGN §3). The attempt count is kept. One
+        durable transaction; it reads only IN_FLIGHT rows (a partial index),
+        so its cost does not grow with the ledger.
+
+        Args:
+            thread_id: only this thread's operations; ``None`` for all.
+
+        Returns:
+            The recovered operations, now UNKNOWN.
+        """
+        now = self._now()
+        recovered: builtins.list[Operation] = []
+        with self._store.transaction() as tx:
+            for op in tx.list_operations(thread_id=thread_id, states=[_S.IN_FLIGHT]):
+                expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=op.attempt)
+                change = Change(state=_S.UNKNOWN, updated_at=now)
+                recovered.append(self._cas(tx, op.operation_id, expect, change, dict(_RECOVERED)))
+        return recovered
+
+    def verified_receipt(self, op: Operation) -> Receipt:
+        """Hand out an operation's stored receipt after re-checking its identity.
+
+        The intent hash is recomputed from ``op.tool``, ``op.tool_version``
+        and ``op.args`` and compared with ``op.intent_hash`` and the receipt's
+        (DESIGN §3: a stored result is returned only after this check). A
+        ``result_reused`` event is appended (counted in ``metrics``).
+
+        Returns:
+            The receipt.
+
+        Raises:
+            ValueError: the operation has no receipt.
+            LedgerCorruptError: any identity does not match.
+        """
+        if op.receipt is None:
+            raise ValueError(f"operation {op.operation_id!r} has no receipt ({op.state})")
+        receipt = verified(op).receipt
+        assert receipt is not None
+        with self._store.transaction() as tx:
+            detail = {"receipt_attempt": receipt.attempt, "receipt_source": receipt.source}
+            self._event(tx, op, EventKind.RESULT_REUSED, self._now(), detail)
+        return receipt
+
+    def next_attempt_at(
+        self, op: Operation, *, retry_after: timedelta | float | None = None
+    ) -> datetime | None:
+        """Pick when the next attempt may start, or ``None`` if none may.
+
+        Full jitter: ``now + uniform(0, min(cap, base * 2**(n-1)))`` for
+        ``n = op.attempt``, but never earlier than ``retry_after`` from now.
+
+        Args:
+            op: the operation after ``n >= 1`` attempts.
+            retry_after: the server's hint (HTTP ``Retry-After``), ``timedelta``
+                or float seconds.
+
+        Returns:
+            An aware time, or ``None`` when no attempts are left or the time
+            would fall after the budget's deadline.
+
+        Raises:
+            ValueError: ``op.attempt < 1``.
+        """
+        budget = op.budget
+        if op.attempt >= budget.max_attempts:
+            return None
+        delay_s = full_jitter_delay(
+            op.attempt, base_s=budget.backoff_base_s, cap_s=budget.backoff_cap_s, rng=self._rng
+        )
+        if retry_after is not None:
+            delay_s = max(delay_s, to_seconds(retry_after))
+        at = self.clock.now() + timedelta(seconds=delay_s)
+        if budget.deadline_at is not None and at > budget.deadline_at:
+            return None
+        return at
+
+    # ----------------------------------------------------------- helpers
+
+    def _cas(
+        self,
+        tx: StoreTransaction,
+        operation_id: str,
+        expect: Expect,
+        change: Change,
+        detail: dict[str, Any],
+        *,
+        attempt: int | None = None,
+    ) -> Operation:
+        """Compare-and-set plus its event; raise the precise refusal if nothing matched."""
+        done = tx.compare_and_set(operation_id, expect, change)
+        if done is None:
+            cur = self._require(tx, operation_id)
+            wanted = expect.intent_hash
+            if cur.state in expect.states and wanted is not None and wanted != cur.intent_hash:
+                raise LedgerCorruptError(
+                    f"receipt intent {wanted[:12]}… is not the operation's {cur.intent_hash[:12]}…",
+                    operation_id=operation_id,
+                )
+            raise ClaimLostError(
+                operation_id=operation_id,
+                attempt=cur.attempt if attempt is None else attempt,
+                current_attempt=cur.attempt,
+                current_state=cur.state.value,
+            )
+        src, op = done
+        op = verified(op)
+        at = change.updated_at
+        self._event(tx, op, EventKind.TRANSITION, at, detail, src=src, dst=change.state)
+        return op
+
+    @staticmethod
+    def _event(
+        tx: StoreTransaction,
+        op: Operation,
+        kind: EventKind,
+        at: datetime,
+        detail: dict[str, Any],
+        *,
+        src: OpState | None = None,
+        dst: OpState | None = None,
+    ) -> None:
+        tx.append_event(
+            NewEvent(
+                operation_id=op.operation_id,
+                kind=kind,
+                src=src,
+                dst=dst,
+                attempt=op.attempt,
+                at=at,
+                detail=detail,
+            )
+        )
+
+    @staticmethod
+    def _require(r: StoreReader, operation_id: str) -> Operation:
+        op = r.get_operation(operation_id)
+        if op is None:
+            raise KeyError(f"no operation {operation_id!r} in the ledger")
+        return verified(op)

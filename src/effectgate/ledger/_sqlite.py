@@ -1,0 +1,473 @@
+"""``SqliteLedgerStore``: the embedded ledger backend (one file, WAL, fsync'd commits).
+
+One connection per store, guarded by a ``threading.Lock``: several Python
+threads may share a store, and several OS processes may open the same file
+(SQLite's own locks serialise them; writers use ``BEGIN IMMEDIATE`` so a
+write lock is taken up front and a transaction never fails half-way on an
+upgrade from reader to writer). Every ``sqlite3`` error is translated here,
+by error *code*, never by message text (STYLE anti-pattern 9).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from effectgate._clock import to_seconds
+from effectgate.errors import (
+    ConfigError,
+    LedgerBusyError,
+    LedgerCorruptError,
+    LedgerError,
+    SchemaVersionError,
+)
+from effectgate.ledger import _codec as codec
+from effectgate.ledger._migrations import APPLICATION_ID, LATEST_VERSION, MIGRATIONS
+from effectgate.ledger._model import (
+    UNFINISHED,
+    Approval,
+    Event,
+    EventKind,
+    Lease,
+    Operation,
+    OpState,
+    ThreadRecord,
+)
+from effectgate.ledger._store import (
+    Change,
+    Expect,
+    NewEvent,
+    StateCount,
+    StoreReader,
+    StoreTransaction,
+    WriteOnce,
+)
+
+__all__ = ["SqliteLedgerStore"]
+
+_OP_COLUMNS = ", ".join(codec.OPERATION_COLUMNS)
+_OP_PARAMS = ", ".join("?" * len(codec.OPERATION_COLUMNS))
+_APPROVAL_COLUMNS = ", ".join(codec.APPROVAL_COLUMNS)
+_EVENT_COLUMNS = "seq, operation_id, kind, src, dst, attempt, at_ms, detail_json"
+
+
+def _in_list(states: Iterable[OpState]) -> str:
+    # OpState values are fixed identifiers, so inlining them is injection-safe
+    # and lets SQLite match the partial index's WHERE clause textually.
+    return ",".join(f"'{OpState(s).value}'" for s in sorted(states))
+
+
+_UNFINISHED_SQL = f"state IN ({_in_list(UNFINISHED)})"
+
+SQL_INSERT_OPERATION = (
+    f"INSERT INTO operations ({_OP_COLUMNS}) VALUES ({_OP_PARAMS}) "
+    f"ON CONFLICT (operation_id) DO NOTHING RETURNING {_OP_COLUMNS}"
+)
+SQL_GET_OPERATION = f"SELECT {_OP_COLUMNS} FROM operations WHERE operation_id = ?"
+# SET expressions see the *old* row, so ``prev_state = state`` records the
+# state being left and RETURNING hands it back: the transition event needs it,
+# and this saves a read per claim (SQLite's RETURNING only shows new values).
+SQL_COMPARE_AND_SET = f"""UPDATE operations SET
+    prev_state = state, state = :state,
+    attempt = COALESCE(:attempt, attempt),
+    receipt_json = COALESCE(:receipt_json, receipt_json),
+    error = COALESCE(:error, error),
+    claimed_by = :claimed_by,
+    next_attempt_at_ms = :next_attempt_at_ms,
+    updated_at_ms = :updated_at_ms
+WHERE operation_id = :operation_id AND state IN ({{states}})
+    AND (:expect_attempt IS NULL OR attempt = :expect_attempt)
+    AND (:expect_intent_hash IS NULL OR intent_hash = :expect_intent_hash)
+    AND (:max_attempts_at_least IS NULL OR max_attempts >= :max_attempts_at_least)
+RETURNING {_OP_COLUMNS}"""
+SQL_LIST_OPERATIONS = f"SELECT {_OP_COLUMNS} FROM operations"
+SQL_LIST_ORDER = " ORDER BY created_at_ms, operation_id"
+SQL_COUNT_OPERATIONS = "SELECT state, attempt, COUNT(*) FROM operations GROUP BY state, attempt"
+SQL_OLDEST_UPDATED = (
+    f"SELECT MIN(updated_at_ms) FROM operations WHERE {_UNFINISHED_SQL} AND state = ?"
+)
+SQL_INSERT_APPROVAL = (
+    f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 10)}) "
+    "ON CONFLICT DO NOTHING"
+)
+SQL_GET_APPROVAL_BY_KEY = (
+    f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE operation_id = ? AND decided_at_ms = ? "
+    "AND reviewer = ? AND decision = ? AND intent_hash = ?"
+)
+SQL_LIST_APPROVALS = f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE operation_id = ? ORDER BY id"
+SQL_INSERT_EVENT = (
+    "INSERT INTO events (operation_id, kind, src, dst, attempt, at_ms, detail_json) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+SQL_LIST_EVENTS = f"SELECT {_EVENT_COLUMNS} FROM events"
+SQL_LIST_EVENTS_BY_THREAD = (
+    f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS.split(', '))} FROM events e "
+    "JOIN operations o ON o.operation_id = e.operation_id WHERE o.thread_id = ?"
+)
+SQL_COUNT_EVENTS = "SELECT COUNT(*) FROM events WHERE kind = ?"
+SQL_INSERT_THREAD = (
+    "INSERT INTO threads (thread_id, input_json, metadata_json, created_at_ms) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING"
+)
+SQL_GET_THREAD = (
+    "SELECT thread_id, input_json, metadata_json, created_at_ms FROM threads WHERE thread_id = ?"
+)
+SQL_LIST_THREADS = (
+    "SELECT thread_id, input_json, metadata_json, created_at_ms FROM threads "
+    "ORDER BY created_at_ms, thread_id"
+)
+SQL_GET_LEASE = (
+    "SELECT thread_id, owner, token, expires_at_ms FROM thread_leases WHERE thread_id = ?"
+)
+SQL_INSERT_LEASE = (
+    "INSERT INTO thread_leases (thread_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (thread_id) DO NOTHING"
+)
+SQL_UPDATE_LEASE = (
+    "UPDATE thread_leases SET owner = ?, token = ?, expires_at_ms = ? "
+    "WHERE thread_id = ? AND owner = ? AND token = ? AND expires_at_ms = ?"
+)
+SQL_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
+SQL_HAS_SCHEMA_TABLE = (
+    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+)
+SQL_COUNT_OBJECTS = "SELECT COUNT(*) FROM sqlite_master"
+SQL_RECORD_VERSION = "INSERT INTO schema_version (version, applied_at_ms) VALUES (?, ?)"
+
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+_CORRUPT_CODES = frozenset({sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT})
+_OPEN_CODES = frozenset({sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY})
+
+
+def _translate_error(exc: sqlite3.Error, path: Path) -> Exception:
+    """Map an ``sqlite3`` error to the ledger's taxonomy by its primary result code."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    name = getattr(exc, "sqlite_errorname", "unknown")
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary in _BUSY_CODES:
+        return LedgerBusyError(f"ledger {path} stayed locked past the busy timeout ({name})")
+    if primary in _CORRUPT_CODES:
+        return LedgerCorruptError(f"{path} is not a usable ledger database ({name})")
+    if primary in _OPEN_CODES:
+        return ConfigError(f"cannot open ledger {path} ({name}): {exc}")
+    return LedgerError(f"ledger {path}: sqlite error {name}: {exc}")
+
+
+@contextmanager
+def _translated(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise _translate_error(exc, path) from exc
+
+
+class _Reader:
+    """Reads on one connection; the caller holds the store lock and a transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def get_operation(self, operation_id: str) -> Operation | None:
+        row = self._conn.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
+        return None if row is None else codec.operation_from_row(row)
+
+    def list_operations(
+        self,
+        *,
+        thread_id: str | None = None,
+        states: Iterable[OpState] | None = None,
+        tool: str | None = None,
+    ) -> list[Operation]:
+        where: list[str] = []
+        params: list[Any] = []
+        if states is not None:
+            wanted = frozenset(OpState(s) for s in states)
+            if not wanted:
+                return []
+            if wanted <= UNFINISHED:
+                where.append(_UNFINISHED_SQL)  # lets the planner use the partial index
+            where.append(f"state IN ({_in_list(wanted)})")
+        if thread_id is not None:
+            where.append("thread_id = ?")
+            params.append(thread_id)
+        if tool is not None:
+            where.append("tool = ?")
+            params.append(tool)
+        sql = SQL_LIST_OPERATIONS + (" WHERE " + " AND ".join(where) if where else "")
+        rows = self._conn.execute(sql + SQL_LIST_ORDER, params).fetchall()
+        return [codec.operation_from_row(row) for row in rows]
+
+    def approvals(self, operation_id: str) -> list[Approval]:
+        rows = self._conn.execute(SQL_LIST_APPROVALS, (operation_id,)).fetchall()
+        return [codec.approval_from_row(row) for row in rows]
+
+    def events(
+        self, *, operation_id: str | None = None, thread_id: str | None = None
+    ) -> list[Event]:
+        params: list[Any] = []
+        if thread_id is not None:
+            sql = SQL_LIST_EVENTS_BY_THREAD
+            params.append(thread_id)
+            if operation_id is not None:
+                sql += " AND e.operation_id = ?"
+                params.append(operation_id)
+            sql += " ORDER BY e.seq"
+        elif operation_id is not None:
+            sql = SQL_LIST_EVENTS + " WHERE operation_id = ? ORDER BY seq"
+            params.append(operation_id)
+        else:
+            sql = SQL_LIST_EVENTS + " ORDER BY seq"
+        return [codec.event_from_row(row) for row in self._conn.execute(sql, params)]
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        row = self._conn.execute(SQL_GET_THREAD, (thread_id,)).fetchone()
+        return None if row is None else codec.thread_from_row(row)
+
+    def list_threads(self) -> list[ThreadRecord]:
+        return [codec.thread_from_row(row) for row in self._conn.execute(SQL_LIST_THREADS)]
+
+    def get_lease(self, thread_id: str) -> Lease | None:
+        row = self._conn.execute(SQL_GET_LEASE, (thread_id,)).fetchone()
+        return None if row is None else codec.lease_from_row(row)
+
+    def count_operations(self) -> list[StateCount]:
+        rows = self._conn.execute(SQL_COUNT_OPERATIONS).fetchall()
+        return [
+            StateCount(state=codec.state_or_corrupt(s, "(aggregate)"), attempt=a, count=n)
+            for s, a, n in rows
+        ]
+
+    def count_events(self, kind: EventKind) -> int:
+        (count,) = self._conn.execute(SQL_COUNT_EVENTS, (kind.value,)).fetchone()
+        return int(count)
+
+    def oldest_updated_at(self, state: OpState) -> datetime | None:
+        (ms,) = self._conn.execute(SQL_OLDEST_UPDATED, (state.value,)).fetchone()
+        return None if ms is None else codec.from_ms(ms)
+
+
+class _Transaction(_Reader):
+    """Reads and writes inside one ``BEGIN IMMEDIATE`` transaction."""
+
+    def create_or_get(self, op: Operation) -> tuple[Operation, bool]:
+        rows = self._conn.execute(SQL_INSERT_OPERATION, codec.operation_to_row(op)).fetchall()
+        if rows:
+            return codec.operation_from_row(rows[0]), True
+        stored = self.get_operation(op.operation_id)
+        if stored is None:  # pragma: no cover - DO NOTHING only skips an existing row
+            raise LedgerError(f"operation {op.operation_id!r} vanished inside a transaction")
+        return stored, False
+
+    def compare_and_set(
+        self, operation_id: str, expect: Expect, change: Change
+    ) -> tuple[OpState, Operation] | None:
+        if not expect.states:
+            return None
+        params = {
+            "operation_id": operation_id,
+            "state": change.state.value,
+            "attempt": change.attempt,
+            "receipt_json": None if change.receipt is None else codec.receipt_json(change.receipt),
+            "error": change.error,
+            "claimed_by": change.claimed_by,
+            "next_attempt_at_ms": codec.ms_or_none(change.next_attempt_at),
+            "updated_at_ms": codec.to_ms(change.updated_at),
+            "expect_attempt": expect.attempt,
+            "expect_intent_hash": expect.intent_hash,
+            "max_attempts_at_least": expect.max_attempts_at_least,
+        }
+        sql = SQL_COMPARE_AND_SET.format(states=_in_list(expect.states))
+        rows = self._conn.execute(sql, params).fetchall()  # fetchall: finish the statement
+        if not rows:
+            return None
+        op = codec.operation_from_row(rows[0])
+        return codec.state_or_corrupt(rows[0]["prev_state"], operation_id), op
+
+    def append_event(self, event: NewEvent) -> int:
+        cur = self._conn.execute(SQL_INSERT_EVENT, codec.event_to_row(event))
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def put_approval(self, approval: Approval) -> WriteOnce:
+        row = codec.approval_to_row(approval)
+        if self._conn.execute(SQL_INSERT_APPROVAL, row).rowcount == 1:
+            return WriteOnce.INSERTED
+        key = (row[0], row[8], row[5], row[3], row[4])
+        stored = self._conn.execute(SQL_GET_APPROVAL_BY_KEY, key).fetchone()
+        return (
+            WriteOnce.EXISTS if stored is not None and tuple(stored) == row else WriteOnce.CONFLICT
+        )
+
+    def put_thread(self, record: ThreadRecord) -> ThreadRecord:
+        self._conn.execute(SQL_INSERT_THREAD, codec.thread_to_row(record))
+        stored = self.get_thread(record.thread_id)
+        assert stored is not None
+        return stored
+
+    def put_lease(self, lease: Lease, *, expected: Lease | None) -> bool:
+        new = (lease.owner, lease.token, codec.to_ms(lease.expires_at))
+        if expected is None:
+            cur = self._conn.execute(SQL_INSERT_LEASE, (lease.thread_id, *new))
+        else:
+            old = (expected.owner, expected.token, codec.to_ms(expected.expires_at))
+            cur = self._conn.execute(SQL_UPDATE_LEASE, (*new, lease.thread_id, *old))
+        return cur.rowcount == 1
+
+
+class SqliteLedgerStore:
+    """The ledger's tables in one SQLite file: WAL, ``synchronous=FULL``, fsync per commit.
+
+    Opening checks the file before writing anything: a file that is not an
+    SQLite database, or an SQLite database that is not a ledger, or a ledger
+    whose schema is newer than this build, is refused and left untouched.
+
+    Args:
+        path: the database file; created (with its directory's permission) if missing.
+        migrate: bring an older schema up to date; with ``False`` an older
+            schema (or a new empty file) is refused instead.
+        busy_timeout: how long a statement waits for another connection's
+            lock before giving up; ``timedelta`` or float seconds.
+
+    Raises:
+        ConfigError: the path is a directory or cannot be opened, or WAL is unavailable.
+        LedgerCorruptError: the file is not a ledger database.
+        SchemaVersionError: the schema is newer than this build, or older with
+            ``migrate=False``.
+        LedgerBusyError: another process held the lock past ``busy_timeout``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        migrate: bool = True,
+        busy_timeout: timedelta | float = 30.0,
+    ) -> None:
+        self.path = Path(path)
+        """The database file."""
+        if self.path.is_dir():
+            raise ConfigError(f"ledger path {self.path} is a directory, not a file")
+        self._lock = threading.Lock()
+        with _translated(self.path):
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=to_seconds(busy_timeout),
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # shared by threads under self._lock
+            )
+        self._conn: sqlite3.Connection | None = conn
+        try:
+            with _translated(self.path):
+                self._prepare(conn, migrate=migrate)
+        except BaseException:
+            conn.close()
+            self._conn = None
+            raise
+        conn.row_factory = sqlite3.Row
+
+    def _prepare(self, conn: sqlite3.Connection, *, migrate: bool) -> None:
+        # Look before touching: switching to WAL or migrating writes to the
+        # file, and a foreign or future file must be left exactly as it was.
+        version = self._inspect(conn)
+        self._check_version(version, migrate=migrate)
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise ConfigError(f"ledger {self.path}: the file system refused WAL (got {mode!r})")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if version < LATEST_VERSION:
+            self._migrate(conn)
+
+    def _inspect(self, conn: sqlite3.Connection) -> int:
+        """Return the schema version of a ledger file; 0 for an empty file."""
+        (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+        if app_id == APPLICATION_ID:
+            if conn.execute(SQL_HAS_SCHEMA_TABLE).fetchone()[0] == 0:
+                raise LedgerCorruptError(f"{self.path}: ledger file without a schema_version table")
+            (version,) = conn.execute(SQL_SCHEMA_VERSION).fetchone()
+            return int(version or 0)
+        if app_id == 0 and conn.execute(SQL_COUNT_OBJECTS).fetchone()[0] == 0:
+            return 0
+        raise LedgerCorruptError(
+            f"{self.path} is an SQLite database but not an effectgate ledger "
+            f"(application_id {app_id:#x}, expected {APPLICATION_ID:#x})"
+        )
+
+    def _check_version(self, version: int, *, migrate: bool) -> None:
+        if version > LATEST_VERSION or (version < LATEST_VERSION and not migrate):
+            raise SchemaVersionError(found=version, expected=LATEST_VERSION, path=str(self.path))
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read under the write lock: another process may have migrated.
+            version = self._inspect(conn)
+            self._check_version(version, migrate=True)
+            now_ms = time.time_ns() // 1_000_000
+            for target in range(version + 1, LATEST_VERSION + 1):
+                for statement in MIGRATIONS[target]:
+                    conn.execute(statement)
+                conn.execute(SQL_RECORD_VERSION, (target, now_ms))
+            conn.execute("COMMIT")
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+    def _live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LedgerError(f"ledger {self.path} is closed")
+        return self._conn
+
+    @contextmanager
+    def read(self) -> Iterator[StoreReader]:
+        """Open a consistent read snapshot (a deferred transaction), under the store lock."""
+        with self._lock, _translated(self.path):
+            conn = self._live()
+            conn.execute("BEGIN")
+            try:
+                yield _Reader(conn)
+            finally:
+                conn.execute("ROLLBACK")  # read-only: nothing to keep
+
+    @contextmanager
+    def transaction(self, *, durable: bool = True) -> Iterator[StoreTransaction]:
+        """Open a ``BEGIN IMMEDIATE`` transaction, committed when the block exits normally.
+
+        Args:
+            durable: ``True`` commits with ``synchronous=FULL`` (the WAL is
+                fsync'd before return). ``False`` commits with ``NORMAL``: the
+                frames reach the WAL but the fsync waits for the next FULL
+                commit, which makes them durable too (WAL frames are
+                appended in order).
+
+        Raises:
+            LedgerBusyError: another connection held the write lock past the busy timeout.
+        """
+        with self._lock, _translated(self.path):
+            conn = self._live()
+            if not durable:
+                conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield _Transaction(conn)
+                    conn.execute("COMMIT")
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+            finally:
+                if not durable:
+                    conn.execute("PRAGMA synchronous = FULL")
+
+    def close(self) -> None:
+        """Close the connection; idempotent. Later calls raise ``LedgerError``."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

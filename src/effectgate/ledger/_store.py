@@ -1,0 +1,243 @@
+"""The storage seam: a few atomic primitives a ledger backend must provide.
+
+The ``Ledger`` facade owns the protocol (intent checks, budgets, transitions,
+events); a store only persists and compares (STYLE §5, powertools' persistence
+layer). Every write happens inside ``LedgerStore.transaction()``, so one facade
+call is one commit whatever the backend. SQLite implements this today
+(``SqliteLedgerStore``); PostgreSQL can be added behind the same Protocol and
+run through ``effectgate.testing.ledger_conformance``.
+
+Records crossing the seam are the frozen dataclasses of ``_model``; times are
+aware UTC ``datetime`` values, which a store may truncate to milliseconds (so
+the facade always returns what the store read back, never its own draft).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from effectgate.ledger._model import (
+    Approval,
+    Event,
+    EventKind,
+    Lease,
+    Operation,
+    OpState,
+    Receipt,
+    ThreadRecord,
+)
+
+__all__ = [
+    "Change",
+    "Expect",
+    "LedgerStore",
+    "NewEvent",
+    "StateCount",
+    "StoreReader",
+    "StoreTransaction",
+    "WriteOnce",
+]
+
+_DC: dict[str, Any] = {"frozen": True, "slots": True, "kw_only": True}
+
+
+class WriteOnce(enum.StrEnum):
+    """Outcome of inserting a write-once row (insert, then read back and compare)."""
+
+    INSERTED = "inserted"
+    """The row is new."""
+    EXISTS = "exists"
+    """An identical row was already there; nothing was written."""
+    CONFLICT = "conflict"
+    """A different row holds the same key; nothing was written."""
+
+
+@dataclass(**_DC)
+class Expect:
+    """The compare half of a compare-and-set on one operation row.
+
+    Every field that is not ``None`` must match the stored row, or nothing is written.
+    """
+
+    states: frozenset[OpState]
+    """The stored state must be one of these."""
+    attempt: int | None = None
+    """The stored attempt must equal this (the fencing token)."""
+    intent_hash: str | None = None
+    """The stored intent hash must equal this (a receipt's identity check)."""
+    max_attempts_at_least: int | None = None
+    """The stored budget's ``max_attempts`` must be at least this."""
+
+
+@dataclass(**_DC)
+class Change:
+    """The set half of a compare-and-set on one operation row.
+
+    ``attempt``, ``receipt`` and ``error`` keep the stored value when ``None``;
+    ``claimed_by`` and ``next_attempt_at`` are always written (``None`` clears).
+    """
+
+    state: OpState
+    updated_at: datetime
+    attempt: int | None = None
+    receipt: Receipt | None = None
+    error: str | None = None
+    claimed_by: str | None = None
+    next_attempt_at: datetime | None = None
+
+
+@dataclass(**_DC)
+class NewEvent:
+    """An event to append; the store assigns ``seq``."""
+
+    operation_id: str
+    kind: EventKind
+    src: OpState | None
+    dst: OpState | None
+    attempt: int
+    at: datetime
+    detail: dict[str, Any]
+
+
+@dataclass(**_DC)
+class StateCount:
+    """How many operations are in ``state`` with exactly ``attempt`` attempts used."""
+
+    state: OpState
+    attempt: int
+    count: int
+
+
+class StoreReader(Protocol):
+    """Reads, inside one snapshot. Loaded rows are decoded and validated.
+
+    Raises (every method):
+        LedgerCorruptError: a row fails decoding (unknown state, broken JSON,
+            bad time, negative attempt).
+        LedgerBusyError: the store stayed locked past its busy timeout.
+    """
+
+    def get_operation(self, operation_id: str) -> Operation | None:
+        """Return one operation, or ``None`` if there is no such row."""
+        ...
+
+    def list_operations(
+        self,
+        *,
+        thread_id: str | None = None,
+        states: Iterable[OpState] | None = None,
+        tool: str | None = None,
+    ) -> list[Operation]:
+        """Return operations matching every given filter, by ``created_at``, ``operation_id``."""
+        ...
+
+    def approvals(self, operation_id: str) -> list[Approval]:
+        """Return an operation's approval rows in the order they were appended."""
+        ...
+
+    def events(
+        self, *, operation_id: str | None = None, thread_id: str | None = None
+    ) -> list[Event]:
+        """Return events matching the filters, in ``seq`` order."""
+        ...
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """Return a thread's record, or ``None``."""
+        ...
+
+    def list_threads(self) -> list[ThreadRecord]:
+        """Return every thread record, oldest first."""
+        ...
+
+    def get_lease(self, thread_id: str) -> Lease | None:
+        """Return a thread's lease row (possibly expired), or ``None``."""
+        ...
+
+    def count_operations(self) -> list[StateCount]:
+        """Return operation counts grouped by state and attempt."""
+        ...
+
+    def count_events(self, kind: EventKind) -> int:
+        """Return how many events of ``kind`` exist."""
+        ...
+
+    def oldest_updated_at(self, state: OpState) -> datetime | None:
+        """Return the earliest ``updated_at`` among operations in ``state``, or ``None``."""
+        ...
+
+
+class StoreTransaction(StoreReader, Protocol):
+    """Reads and writes inside one atomic, isolated transaction.
+
+    Writers are serialised (SQLite ``BEGIN IMMEDIATE``; a row lock elsewhere).
+    Nothing is visible to others until the transaction commits.
+    """
+
+    def create_or_get(self, op: Operation) -> tuple[Operation, bool]:
+        """Insert ``op`` unless its ``operation_id`` exists; never overwrite.
+
+        Returns:
+            The stored row as read back, and whether it was inserted now.
+        """
+        ...
+
+    def compare_and_set(
+        self, operation_id: str, expect: Expect, change: Change
+    ) -> tuple[OpState, Operation] | None:
+        """Apply ``change`` only if the row matches ``expect``.
+
+        Returns:
+            ``(state before, row after)``, or ``None`` when nothing matched
+            (no such row, or a compared field differs); then nothing was written.
+        """
+        ...
+
+    def append_event(self, event: NewEvent) -> int:
+        """Append ``event`` and return its ``seq``, greater than every earlier one."""
+        ...
+
+    def put_approval(self, approval: Approval) -> WriteOnce:
+        """Append an approval row; a resubmitted identical approval is not duplicated.
+
+        The key is ``(operation_id, decided_at, reviewer, decision, intent_hash)``.
+        """
+        ...
+
+    def put_thread(self, record: ThreadRecord) -> ThreadRecord:
+        """Insert a thread record unless one exists; return the stored one."""
+        ...
+
+    def put_lease(self, lease: Lease, *, expected: Lease | None) -> bool:
+        """Write ``lease`` only if the stored lease equals ``expected`` (``None``: absent)."""
+        ...
+
+
+class LedgerStore(Protocol):
+    """A ledger backend: snapshots for reading, transactions for writing."""
+
+    def read(self) -> AbstractContextManager[StoreReader]:
+        """Open a read-only consistent snapshot."""
+        ...
+
+    def transaction(self, *, durable: bool = True) -> AbstractContextManager[StoreTransaction]:
+        """Open a write transaction, committed when the block exits normally.
+
+        Args:
+            durable: ``True`` forces the commit to stable storage before the
+                block returns (SQLite ``synchronous=FULL``). ``False`` may
+                defer that to the next durable commit; callers use it only
+                where a later durable commit always precedes any side effect.
+
+        Raises:
+            LedgerBusyError: the write lock could not be taken in time.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the backend's connections; later calls fail."""
+        ...

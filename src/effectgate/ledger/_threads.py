@@ -1,0 +1,155 @@
+"""Thread records and per-thread leases: the part of ``Ledger`` that is about runs, not operations.
+
+A thread's lease keeps two runners off one LangGraph thread (DESIGN §5: two
+workers on one thread must not fork it). Its token is a fencing token that
+grows each time the lease changes hands (Kleppmann, *How to do distributed
+locking*, 2016); a released lease keeps its row so the next owner's token is
+still higher.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from effectgate._clock import Clock, to_seconds
+from effectgate.errors import ThreadBusyError
+from effectgate.ledger._model import Lease, ThreadRecord
+from effectgate.ledger._store import LedgerStore
+
+__all__ = ["ThreadsMixin"]
+
+_NOBODY = "nobody"
+
+
+def _ttl(ttl: timedelta | float) -> timedelta:
+    seconds = to_seconds(ttl)
+    if seconds <= 0:
+        raise ValueError(f"a lease needs a positive ttl, got {seconds} s")
+    return timedelta(seconds=seconds)
+
+
+def _floor_ms(value: datetime) -> datetime:
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+class ThreadsMixin:
+    """Thread records and leases of ``Ledger``; every write is one durable transaction."""
+
+    _store: LedgerStore
+    clock: Clock
+
+    def _now(self) -> datetime:
+        # The store keeps milliseconds; flooring here makes the records a call
+        # returns equal to what a later read gives back.
+        return _floor_ms(self.clock.now())
+
+    def record_thread(
+        self,
+        thread_id: str,
+        input: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ThreadRecord:
+        """Keep the input a thread was started with; write-once.
+
+        Args:
+            thread_id: the LangGraph thread.
+            input: the JSON-compatible input the run started from.
+            metadata: JSON-compatible extras (model, flags) for people.
+
+        Returns:
+            The stored record: the existing one if the thread was recorded before.
+        """
+        record = ThreadRecord(
+            thread_id=thread_id,
+            input=dict(input),
+            metadata=dict(metadata or {}),
+            created_at=self._now(),
+        )
+        with self._store.transaction() as tx:
+            return tx.put_thread(record)
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """Return a thread's record, or ``None`` if it was never recorded."""
+        with self._store.read() as r:
+            return r.get_thread(thread_id)
+
+    def list_threads(self) -> builtins.list[ThreadRecord]:
+        """Return every recorded thread, oldest first."""
+        with self._store.read() as r:
+            return r.list_threads()
+
+    def acquire_lease(self, thread_id: str, owner: str, ttl: timedelta | float) -> Lease:
+        """Take (or renew) the thread's lease for ``ttl``, committed durably.
+
+        The same owner re-acquires its own lease, expired or not, keeping the
+        token; another owner gets it only once it has expired or been
+        released, with the token incremented.
+
+        Args:
+            thread_id: the thread.
+            owner: who runs it (e.g. ``host:pid:uuid``).
+            ttl: how long the lease holds unless renewed; ``timedelta`` or float seconds.
+
+        Returns:
+            The lease now held by ``owner``.
+
+        Raises:
+            ThreadBusyError: another owner holds an unexpired lease.
+            ValueError: ``ttl`` is not positive.
+        """
+        span = _ttl(ttl)
+        now = self._now()
+        with self._store.transaction() as tx:
+            cur = tx.get_lease(thread_id)
+            if cur is not None and cur.owner != owner and cur.expires_at > now:
+                raise _busy(cur, now)
+            # the token grows only when the lease changes hands
+            token = 1 if cur is None else cur.token + (cur.owner != owner)
+            lease = Lease(
+                thread_id=thread_id, owner=owner, token=token, expires_at=_floor_ms(now + span)
+            )
+            if not tx.put_lease(lease, expected=cur):
+                raise _busy(tx.get_lease(thread_id), now, thread_id=thread_id)
+        return lease
+
+    def renew_lease(self, lease: Lease, ttl: timedelta | float) -> Lease:
+        """Extend a held lease to ``now + ttl``, committed durably.
+
+        A lease that expired but was not taken by anyone is still this
+        owner's and is renewed.
+
+        Raises:
+            ThreadBusyError: the lease changed hands (another owner or token).
+            ValueError: ``ttl`` is not positive.
+        """
+        span = _ttl(ttl)
+        now = self._now()
+        with self._store.transaction() as tx:
+            cur = tx.get_lease(lease.thread_id)
+            if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
+                raise _busy(cur, now, thread_id=lease.thread_id)
+            renewed = replace(cur, expires_at=_floor_ms(now + span))
+            if not tx.put_lease(renewed, expected=cur):
+                raise _busy(tx.get_lease(lease.thread_id), now, thread_id=lease.thread_id)
+        return renewed
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up now; a no-op if it is no longer held by this owner and token."""
+        now = self._now()
+        with self._store.transaction() as tx:
+            cur = tx.get_lease(lease.thread_id)
+            if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
+                return
+            if cur.expires_at > now:
+                tx.put_lease(replace(cur, expires_at=now), expected=cur)
+
+
+def _busy(cur: Lease | None, now: datetime, *, thread_id: str = "") -> ThreadBusyError:
+    if cur is None:
+        return ThreadBusyError(thread_id=thread_id, owner=_NOBODY, expires_in_s=0.0)
+    left = max(0.0, (cur.expires_at - now).total_seconds())
+    return ThreadBusyError(thread_id=cur.thread_id, owner=cur.owner, expires_in_s=left)
