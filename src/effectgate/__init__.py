@@ -1,7 +1,99 @@
-"""effectgate: a LangGraph agent whose side effects are safe to replay."""
+"""effectgate: a LangGraph agent whose side effects are safe to replay.
+
+Names are re-exported lazily, so ``import effectgate.ledger`` or
+``import effectgate.tools`` does not pull in LangGraph (STYLE §1).
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_EXPORTS: dict[str, str] = {
+    # graph and runner
+    "Agent": "effectgate.graph",
+    "Policy": "effectgate.graph",
+    "RunResult": "effectgate.graph",
+    "RunStatus": "effectgate.graph",
+    "build_agent": "effectgate.graph",
+    "history_problems": "effectgate.graph",
+    # dispatch
+    "Dispatcher": "effectgate.dispatch",
+    "Verdict": "effectgate.dispatch",
+    # ledger
+    "Budget": "effectgate.ledger",
+    "Ledger": "effectgate.ledger",
+    "OpState": "effectgate.ledger",
+    "Operation": "effectgate.ledger",
+    "Receipt": "effectgate.ledger",
+    "SqliteLedger": "effectgate.ledger",
+    # tools
+    "EffectKind": "effectgate.tools",
+    "Lookup": "effectgate.tools",
+    "ToolContext": "effectgate.tools",
+    "ToolResult": "effectgate.tools",
+    "ToolSpec": "effectgate.tools",
+    # app layer
+    "StateDir": "effectgate._app",
+    "open_agent": "effectgate._app",
+    # models
+    "ScriptedChatModel": "effectgate.models",
+    "make_model": "effectgate.models",
+}
+
+__all__ = [
+    "Agent",
+    "Budget",
+    "Dispatcher",
+    "EffectKind",
+    "Ledger",
+    "Lookup",
+    "OpState",
+    "Operation",
+    "Policy",
+    "Receipt",
+    "RunResult",
+    "RunStatus",
+    "ScriptedChatModel",
+    "SqliteLedger",
+    "StateDir",
+    "ToolContext",
+    "ToolResult",
+    "ToolSpec",
+    "Verdict",
+    "__version__",
+    "build_agent",
+    "history_problems",
+    "make_model",
+    "open_agent",
+]
+
+if TYPE_CHECKING:
+    from effectgate._app import StateDir, open_agent
+    from effectgate.dispatch import Dispatcher, Verdict
+    from effectgate.graph import (
+        Agent,
+        Policy,
+        RunResult,
+        RunStatus,
+        build_agent,
+        history_problems,
+    )
+    from effectgate.ledger import Budget, Ledger, Operation, OpState, Receipt, SqliteLedger
+    from effectgate.models import ScriptedChatModel, make_model
+    from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'effectgate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

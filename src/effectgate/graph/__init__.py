@@ -1,1 +1,48 @@
-"""effectgate subpackage (filled in by its issue)."""
+"""The agent graph: review interrupt, one node per side effect, ledger-checked dispatch.
+
+This package is the only one that imports LangGraph (STYLE §1).
+"""
+
+from effectgate.graph._agent import (
+    Agent,
+    PendingInterrupt,
+    RunResult,
+    RunStatus,
+    check_review_answer,
+)
+from effectgate.graph._build import AgentParts, build_agent, new_worker_id
+from effectgate.graph._history import history_problems
+from effectgate.graph._policy import Policy
+from effectgate.graph._state import (
+    ActionRequest,
+    AgentState,
+    Decision,
+    EditedAction,
+    EffectTask,
+    ReconciliationRequest,
+    ReviewConfig,
+    ReviewRequest,
+    ReviewResponse,
+)
+
+__all__ = [
+    "ActionRequest",
+    "Agent",
+    "AgentParts",
+    "AgentState",
+    "Decision",
+    "EditedAction",
+    "EffectTask",
+    "PendingInterrupt",
+    "Policy",
+    "ReconciliationRequest",
+    "ReviewConfig",
+    "ReviewRequest",
+    "ReviewResponse",
+    "RunResult",
+    "RunStatus",
+    "build_agent",
+    "check_review_answer",
+    "history_problems",
+    "new_worker_id",
+]

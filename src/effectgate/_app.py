@@ -1,0 +1,169 @@
+"""The app layer: a state directory and an agent wired to it (used by the CLI and notebooks)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from effectgate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+
+    from effectgate.demo.services import ServiceEndpoints
+    from effectgate.graph import Agent, Policy
+    from effectgate.ledger import Operation
+    from effectgate.tools import ToolSpec
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "StateDir", "default_tools", "open_agent"]
+
+_MARKER = "effectgate.json"
+_FORMAT = 1
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an operations agent. Use the tools to act. Every side-effecting call is "
+    "reviewed by a human and recorded in a durable ledger; if a call is rejected, do not "
+    "retry it unless asked."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StateDir:
+    """Where a deployment keeps its state: checkpoints, ledger, workspace, demo services.
+
+    Layout: ``checkpoints.sqlite3`` (LangGraph), ``ledger.sqlite3`` (operations,
+    approvals, events, threads, leases), ``workspace/`` (the file tools' root),
+    ``services/`` (the demo systems' own data), ``effectgate.json`` (marker).
+    """
+
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        """The LangGraph SQLite checkpoint file."""
+        return self.root / "checkpoints.sqlite3"
+
+    @property
+    def ledger(self) -> Path:
+        """The operation ledger file."""
+        return self.root / "ledger.sqlite3"
+
+    @property
+    def workspace(self) -> Path:
+        """The directory the file tools may touch, and nothing outside it."""
+        return self.root / "workspace"
+
+    @property
+    def services(self) -> Path:
+        """The demo ticket service's and mail sink's own data."""
+        return self.root / "services"
+
+    @classmethod
+    def open(cls, path: str | Path, *, create: bool = True) -> StateDir:
+        """Open (and by default create) a state directory.
+
+        Raises:
+            ConfigError: the path is a file, or a non-empty directory that is not
+                an effectgate state directory, or it does not exist and
+                ``create`` is false. Nothing is written in these cases.
+        """
+        root = Path(path).expanduser().resolve()
+        marker = root / _MARKER
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"state directory {root} is a file")
+        if root.is_dir() and any(root.iterdir()) and not marker.is_file():
+            raise ConfigError(
+                f"{root} is not an effectgate state directory (no {_MARKER}); "
+                "refusing to write into it. Choose an empty or new directory."
+            )
+        if not root.exists() and not create:
+            raise ConfigError(f"state directory {root} does not exist")
+        if not marker.is_file():
+            root.mkdir(parents=True, exist_ok=True)
+            marker.write_text(json.dumps({"format": _FORMAT}) + "\n")
+        else:
+            found = json.loads(marker.read_text() or "{}").get("format")
+            if found != _FORMAT:
+                raise ConfigError(f"{marker}: state format {found!r}, expected {_FORMAT}")
+        (root / "workspace").mkdir(exist_ok=True)
+        return cls(root)
+
+
+def default_tools(workspace: Path, endpoints: ServiceEndpoints | None = None) -> list[ToolSpec]:
+    """Return the built-in tools: files and shell in ``workspace``, tickets and mail if given."""
+    from effectgate.tools import file_tools, mail_tools, shell_tool, ticket_tools
+
+    tools = [*file_tools(workspace), shell_tool(workspace)]
+    if endpoints is not None:
+        tools += ticket_tools(endpoints.ticket_url)
+        tools += mail_tools(endpoints.smtp_host, endpoints.smtp_port, endpoints.mail_url)
+    return tools
+
+
+@contextmanager
+def open_agent(
+    state_dir: StateDir | str | Path,
+    *,
+    model: str | BaseChatModel = "scripted:incident",
+    tools: Sequence[ToolSpec | BaseTool] | None = None,
+    endpoints: ServiceEndpoints | None = None,
+    policy: Policy | None = None,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    model_options: Mapping[str, Any] | None = None,
+    on_event: Callable[[Mapping[str, Any]], None] | None = None,
+    on_wait: Callable[[Operation, float], None] | None = None,
+    lease_ttl_s: float = 30.0,
+) -> Iterator[Agent]:
+    """Open an ``Agent`` on a state directory, and close its files afterwards.
+
+    Args:
+        state_dir: a ``StateDir`` or a path (created if new).
+        model: ``"scripted:<name|path>"``, ``"openai:<model>"`` or a chat model.
+        tools: tools to use; default: ``default_tools(workspace, endpoints)``.
+        endpoints: the demo services' addresses, for the ticket and mail tools.
+        policy: review policy.
+        system_prompt: prepended to model calls.
+        model_options: keyword arguments for ``make_model``.
+        on_event: progress hook for streamed updates.
+        on_wait: progress hook for backoff waits.
+        lease_ttl_s: thread lease lifetime in seconds.
+
+    Yields:
+        The agent; its ledger and checkpointer close when the block exits.
+
+    Raises:
+        ConfigError: bad state directory or model specification.
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from effectgate.graph import Agent
+    from effectgate.ledger import SqliteLedger
+    from effectgate.models import make_model
+
+    sd = state_dir if isinstance(state_dir, StateDir) else StateDir.open(state_dir)
+    chat = make_model(model, **dict(model_options or {})) if isinstance(model, str) else model
+    ledger = SqliteLedger(sd.ledger)
+    conn = sqlite3.connect(sd.checkpoints, check_same_thread=False, timeout=30.0)
+    try:
+        saver = SqliteSaver(conn)
+        agent = Agent(
+            chat,
+            list(tools) if tools is not None else default_tools(sd.workspace, endpoints),
+            ledger=ledger,
+            checkpointer=saver,
+            policy=policy,
+            system_prompt=system_prompt,
+            on_event=on_event,
+            on_wait=on_wait,
+            lease_ttl_s=lease_ttl_s,
+        )
+        yield agent
+    finally:
+        conn.close()
+        ledger.close()

@@ -1,0 +1,660 @@
+"""The dispatch protocol: Ledger x ToolSpec -> receipt (DESIGN §6).
+
+This is where "may it run now, and how do we recover from UNKNOWN?" is
+decided. It imports the ledger and the tool contracts, and no LangGraph: the
+graph's effect node is a thin adapter that turns an ``Outcome`` into a
+``ToolMessage`` or an ``interrupt()``.
+
+One call of ``Dispatcher.dispatch`` drives an operation as far as it can go
+without a human::
+
+    op = ledger.get(op_id) or ledger.open(...)      # create-or-get
+    intent differs?          -> CONFLICT (never reuse, never run)
+    terminal?                -> the verified stored receipt, no call
+    IN_FLIGHT (dead owner)   -> UNKNOWN                    (DESIGN §3)
+    UNKNOWN                  -> recover by the tool's contract (DESIGN §4)
+    NEEDS_RECONCILIATION     -> NEEDS_RECONCILIATION (the node asks a human)
+    approval valid? budget? deadline? next_attempt_at? (else review / wait / fail)
+    claim attempt n+1 (compare-and-set, FULL commit)  -> call the tool
+    -> SUCCEEDED | FAILED | RETRY_WAIT | UNKNOWN committed before returning
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, TypedDict
+
+from effectgate import _failpoints
+from effectgate._clock import Clock, SystemClock
+from effectgate._failpoints import Failpoint
+from effectgate.errors import (
+    ClaimLostError,
+    DecisionError,
+    IntentConflictError,
+    NotAccepted,
+    OutcomeUnknown,
+    Rejected,
+    ToolCallError,
+)
+from effectgate.ledger import Budget, Ledger, Operation, OpState, Receipt
+from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
+
+__all__ = [
+    "DispatchStatus",
+    "Dispatcher",
+    "EffectCall",
+    "Outcome",
+    "Verdict",
+    "validate_verdict",
+]
+
+log = logging.getLogger("effectgate.dispatch")
+
+
+class DispatchStatus(enum.StrEnum):
+    """Where one ``dispatch`` call left the operation."""
+
+    SUCCEEDED = "succeeded"
+    """A receipt exists (new, reused, reconciled or given by a human)."""
+    FAILED = "failed"
+    """Known not applied, or known failed for good."""
+    REJECTED = "rejected"
+    """A reviewer rejected it; never executed."""
+    CONFLICT = "conflict"
+    """The operation id is bound to other arguments; nothing was executed."""
+    NEEDS_REVIEW = "needs_review"
+    """No usable approval (missing, expired, for other args, tool version changed)."""
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    """The outcome cannot be known without a human verdict."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectCall:
+    """One reviewed side-effecting call, as the effect node receives it."""
+
+    thread_id: str
+    tool_call_id: str
+    tool: str
+    args: Mapping[str, Any]
+    """The arguments to execute (after a reviewer's edit), normalized."""
+    operation_id: str
+    intent_hash: str
+    """The intent hash the review approved."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What ``dispatch`` concluded, for the model and for people."""
+
+    status: DispatchStatus
+    operation: Operation | None
+    receipt: Receipt | None = None
+    reused: bool = False
+    """Whether the receipt was stored before this call (no tool call made now)."""
+    message: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    """For NEEDS_RECONCILIATION / NEEDS_REVIEW: what is known, for the human."""
+
+
+class Verdict(TypedDict, total=False):
+    """A human's verdict on a NEEDS_RECONCILIATION operation (resume value).
+
+    ``verdict`` is required. ``attempt`` binds the verdict to the attempt it
+    was asked about, so a stored answer is never applied to a later question.
+    """
+
+    verdict: Literal["succeeded", "failed", "retry", "ledger"]
+    attempt: int
+    reference: str
+    """For ``succeeded``: the external reference the human checked (ticket id...)."""
+    evidence: str
+    acknowledge_duplicate_risk: bool
+    """Required ``True`` for ``retry``: a repeat may duplicate the effect."""
+    reviewer: str
+
+
+_VERDICTS = ("succeeded", "failed", "retry", "ledger")
+
+
+def validate_verdict(value: Any) -> Verdict:
+    """Check a reconciliation resume value's shape.
+
+    Args:
+        value: what the resume carried for this interrupt.
+
+    Returns:
+        The value, typed.
+
+    Raises:
+        DecisionError: not a mapping, unknown verdict, ``succeeded`` without a
+            reference, or ``retry`` without ``acknowledge_duplicate_risk: true``.
+    """
+    if not isinstance(value, Mapping):
+        raise DecisionError(f"a reconciliation verdict must be an object, got {value!r}")
+    verdict = value.get("verdict")
+    if verdict not in _VERDICTS:
+        raise DecisionError(f"verdict must be one of {', '.join(_VERDICTS)}; got {verdict!r}")
+    if verdict == "succeeded" and not value.get("reference"):
+        raise DecisionError("verdict 'succeeded' needs a reference: the evidence you checked")
+    if verdict == "retry" and value.get("acknowledge_duplicate_risk") is not True:
+        raise DecisionError(
+            "verdict 'retry' needs acknowledge_duplicate_risk: true; the earlier attempt "
+            "may have taken effect, and a retry may duplicate it"
+        )
+    attempt = value.get("attempt")
+    if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
+        raise DecisionError(f"attempt must be an integer, got {attempt!r}")
+    return Verdict(**value)  # type: ignore[typeddict-item]
+
+
+WaitHook = Callable[[Operation, float], None]
+"""Called before a backoff wait with the operation and the seconds to wait."""
+
+
+class Dispatcher:
+    """Runs reviewed calls through the ledger so no effect is blindly repeated.
+
+    Args:
+        ledger: the operation ledger.
+        tools: side-effecting tools by name.
+        worker: this process's worker id, stored as ``claimed_by``.
+        clock: time source; defaults to the system clock.
+        on_wait: called before each backoff wait (progress display).
+        default_budget: budget for operations the review did not create.
+
+    Note:
+        Exactly-once *effects* come from the ledger plus the tool's contract;
+        LangGraph re-runs nodes at least once (langgraph-semantics §12).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        tools: Mapping[str, ToolSpec],
+        *,
+        worker: str,
+        clock: Clock | None = None,
+        on_wait: WaitHook | None = None,
+        default_budget: Budget | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.tools = dict(tools)
+        self.worker = worker
+        self.clock = clock or SystemClock()
+        self.on_wait = on_wait
+        self.default_budget = default_budget or Budget()
+
+    # ------------------------------------------------------------------ entry
+
+    def dispatch(self, call: EffectCall) -> Outcome:
+        """Drive one reviewed call as far as possible without a human.
+
+        Safe to call again for the same call at any time (after a crash, on
+        resume, on replay): it reads the ledger first and never repeats an
+        effect the ledger knows started.
+
+        Args:
+            call: the reviewed call.
+
+        Returns:
+            An ``Outcome``; ``SUCCEEDED`` always carries a verified receipt.
+
+        Raises:
+            LedgerError: the ledger failed (busy, corrupt); nothing new committed.
+            ClaimLostError: this worker's attempt was fenced off mid-call by a
+                worker that took the thread over.
+        """
+        spec = self.tools.get(call.tool)
+        if spec is None:
+            return Outcome(
+                status=DispatchStatus.FAILED,
+                operation=None,
+                message=f"tool {call.tool!r} is not available in this agent; not executed",
+            )
+        try:
+            args = spec.normalize(call.args, tool_call_id=call.tool_call_id)
+        except ToolCallError as exc:
+            return Outcome(status=DispatchStatus.FAILED, operation=None, message=str(exc))
+        if spec.intent_hash(args) != call.intent_hash:
+            # The tool (or its version) changed since the approval: the approval
+            # names an intent that no longer exists (seed 004, tool version change).
+            return Outcome(
+                status=DispatchStatus.NEEDS_REVIEW,
+                operation=self.ledger.get(call.operation_id),
+                message="the tool or its version changed since the approval; review again",
+                evidence={
+                    "approved_intent_hash": call.intent_hash,
+                    "current_intent_hash": spec.intent_hash(args),
+                },
+            )
+        try:
+            op = self._open(call, spec, args)
+        except IntentConflictError as exc:
+            return self._conflict(call, exc)
+        return self._drive(call, spec, args, op)
+
+    def _open(self, call: EffectCall, spec: ToolSpec, args: Any) -> Operation:
+        op = self.ledger.get(call.operation_id)
+        if op is not None:
+            if op.intent_hash != call.intent_hash:
+                raise IntentConflictError(
+                    operation_id=op.operation_id,
+                    stored_hash=op.intent_hash,
+                    new_hash=call.intent_hash,
+                )
+            return op
+        return self.ledger.open(
+            operation_id=call.operation_id,
+            thread_id=call.thread_id,
+            tool_call_id=call.tool_call_id,
+            tool=spec.name,
+            tool_version=spec.version,
+            args=spec.args_dict(args),
+            intent_hash=call.intent_hash,
+            budget=self.default_budget,
+        )
+
+    def _conflict(self, call: EffectCall, exc: IntentConflictError) -> Outcome:
+        return Outcome(
+            status=DispatchStatus.CONFLICT,
+            operation=self.ledger.get(call.operation_id),
+            message=(
+                f"not executed: {exc}. The stored operation keeps its own arguments and "
+                "result; a genuinely new action needs a new operation id"
+            ),
+            evidence={"stored_intent_hash": exc.stored_hash, "new_intent_hash": exc.new_hash},
+        )
+
+    # ------------------------------------------------------------- main loop
+
+    def _drive(self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation) -> Outcome:
+        # Each pass reads one state and commits at most one transition, so a
+        # crash anywhere leaves the ledger in a state this loop resumes from.
+        while True:
+            step = self._step(call, spec, args, op)
+            if isinstance(step, Outcome):
+                return step
+            op = step
+
+    def _step(
+        self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
+    ) -> Operation | Outcome:
+        state = op.state
+        if state is OpState.SUCCEEDED:
+            receipt = self.ledger.verified_receipt(op)
+            return Outcome(
+                status=DispatchStatus.SUCCEEDED,
+                operation=op,
+                receipt=receipt,
+                reused=True,
+                message="stored receipt returned; not executed again",
+            )
+        if state is OpState.FAILED:
+            return Outcome(
+                status=DispatchStatus.FAILED,
+                operation=op,
+                message=op.error or "the operation failed",
+            )
+        if state is OpState.REJECTED:
+            return Outcome(
+                status=DispatchStatus.REJECTED,
+                operation=op,
+                message="a reviewer rejected this call; it was not executed",
+            )
+        if state is OpState.NEEDS_RECONCILIATION:
+            return self._needs_human(op, spec, "")
+        if state is OpState.IN_FLIGHT:
+            return self._in_flight(op, call)
+        if state is OpState.UNKNOWN:
+            return self._recover_unknown(call, spec, args, op)
+        if state is OpState.PROPOSED:
+            return Outcome(
+                status=DispatchStatus.NEEDS_REVIEW,
+                operation=op,
+                message="no approval recorded for this call",
+            )
+        if state is OpState.APPROVED:
+            problem = self._approval_problem(op)
+            if problem is not None:
+                op = self.ledger.withdraw_approval(op.operation_id, reason=problem)
+                return Outcome(status=DispatchStatus.NEEDS_REVIEW, operation=op, message=problem)
+        return self._attempt(call, spec, args, op)
+
+    # --------------------------------------------------------------- approval
+
+    def _approval_problem(self, op: Operation) -> str | None:
+        approval = self.ledger.latest_approval(op.operation_id)
+        if approval is None or approval.decision == "reject":
+            return "no approval recorded for this call"
+        if approval.intent_hash != op.intent_hash:
+            return "the approval was given for other arguments"
+        if approval.expires_at is not None and self.clock.now() >= approval.expires_at:
+            return f"the approval expired at {approval.expires_at.isoformat()}"
+        return None
+
+    # ---------------------------------------------------------------- attempt
+
+    def _attempt(
+        self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
+    ) -> Operation | Outcome:
+        now = self.clock.now()
+        budget = op.budget
+        if op.attempt >= budget.max_attempts or (
+            budget.deadline_at is not None and now >= budget.deadline_at
+        ):
+            why = (
+                "attempt budget exhausted"
+                if op.attempt >= budget.max_attempts
+                else "deadline passed"
+            )
+            # Only reached from APPROVED or RETRY_WAIT: known not applied.
+            return self.ledger.transition(
+                op.operation_id,
+                src=op.state,
+                dst=OpState.FAILED,
+                error=f"{why} after {op.attempt} attempt(s); {op.error or 'not applied'}",
+                detail={"reason": why},
+            )
+        if op.state is OpState.RETRY_WAIT and op.next_attempt_at is not None:
+            wait_s = (op.next_attempt_at - now).total_seconds()
+            if wait_s > 0:
+                if self.on_wait is not None:
+                    self.on_wait(op, wait_s)
+                self.clock.sleep(wait_s)
+        try:
+            op = self.ledger.claim(op.operation_id, attempt=op.attempt + 1, worker=self.worker)
+        except ClaimLostError:
+            # Another worker claimed it first; re-read and follow its state.
+            fresh = self.ledger.get(op.operation_id)
+            assert fresh is not None
+            return fresh
+        _failpoints.hit(Failpoint.AFTER_IN_FLIGHT_COMMIT, tool=spec.name)
+        return self._call(call, spec, args, op)
+
+    def _call(
+        self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
+    ) -> Operation | Outcome:
+        ctx = self._context(call, op)
+        try:
+            result = spec.call(args, ctx)
+        except Rejected as exc:
+            return self._record(op, OpState.FAILED, error=f"rejected: {exc}")
+        except NotAccepted as exc:
+            nxt = self.ledger.next_attempt_at(op, retry_after=exc.retry_after)
+            if nxt is None:
+                return self._record(
+                    op, OpState.FAILED, error=f"not accepted, no attempts or time left: {exc}"
+                )
+            return self._record(
+                op, OpState.RETRY_WAIT, error=f"not accepted: {exc}", next_attempt_at=nxt
+            )
+        except OutcomeUnknown as exc:
+            return self._record(op, OpState.UNKNOWN, error=f"outcome unknown: {exc}")
+        except Exception as exc:
+            # A tool outside our contracts (e.g. a plain LangChain tool) raised
+            # after it may have acted: the only honest state is UNKNOWN.
+            return self._record(
+                op, OpState.UNKNOWN, error=f"tool raised {type(exc).__name__}: {exc}"
+            )
+        _failpoints.hit(Failpoint.AFTER_EXTERNAL_COMMIT, tool=spec.name)
+        receipt = self._receipt(op, result, source="dispatch")
+        op = self.ledger.record_result(
+            op.operation_id, attempt=op.attempt, state=OpState.SUCCEEDED, receipt=receipt
+        )
+        _failpoints.hit(Failpoint.AFTER_LEDGER_RESULT, tool=spec.name)
+        return Outcome(
+            status=DispatchStatus.SUCCEEDED, operation=op, receipt=receipt, message="executed"
+        )
+
+    def _record(
+        self, op: Operation, state: OpState, *, error: str, next_attempt_at: datetime | None = None
+    ) -> Operation:
+        log.info("operation %s attempt %d -> %s: %s", op.operation_id, op.attempt, state, error)
+        return self.ledger.record_result(
+            op.operation_id,
+            attempt=op.attempt,
+            state=state,
+            error=error,
+            next_attempt_at=next_attempt_at,
+        )
+
+    def _context(self, call: EffectCall, op: Operation) -> ToolContext:
+        return ToolContext(
+            operation_id=op.operation_id,
+            thread_id=call.thread_id,
+            tool_call_id=call.tool_call_id,
+            attempt=op.attempt,
+            deadline_at=op.budget.deadline_at,
+        )
+
+    def _receipt(
+        self, op: Operation, result: ToolResult, source: Literal["dispatch", "reconcile", "human"]
+    ) -> Receipt:
+        return Receipt(
+            operation_id=op.operation_id,
+            intent_hash=op.intent_hash,
+            attempt=op.attempt,
+            result=_jsonable(result.value),
+            reference=result.reference,
+            source=source,
+            recorded_at=self.clock.now(),
+        )
+
+    # --------------------------------------------------------------- recovery
+
+    def _in_flight(self, op: Operation, call: EffectCall) -> Operation | Outcome:
+        if op.claimed_by == self.worker:
+            # A sibling task of this very process holds the attempt; wait for it.
+            self.clock.sleep(0.05)
+            fresh = self.ledger.get(op.operation_id)
+            assert fresh is not None
+            return fresh
+        if op.thread_id == call.thread_id:
+            # The runner holds this thread's lease, so whoever claimed an attempt
+            # of this thread's operation is gone (or fenced off): the outcome is
+            # unknown, never "not done" (DESIGN §3).
+            return self.ledger.transition(
+                op.operation_id,
+                src=OpState.IN_FLIGHT,
+                dst=OpState.UNKNOWN,
+                detail={
+                    "reason": "found IN_FLIGHT under a worker that no longer holds "
+                    f"the thread ({op.claimed_by})"
+                },
+            )
+        return self._needs_human(
+            op,
+            None,
+            (
+                f"attempt {op.attempt} is in flight under worker {op.claimed_by} in thread "
+                f"{op.thread_id}; its outcome is not known here"
+            ),
+        )
+
+    def _recover_unknown(
+        self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
+    ) -> Operation | Outcome:
+        # DESIGN §4: the tool's contract, not the state machine, decides.
+        if spec.reconciler is not None:
+            lookup = self._lookup(spec, args, call, op)
+            if lookup.status == "found" and lookup.result is not None:
+                receipt = self._receipt(op, lookup.result, source="reconcile")
+                op = self.ledger.transition(
+                    op.operation_id,
+                    src=OpState.UNKNOWN,
+                    dst=OpState.SUCCEEDED,
+                    receipt=receipt,
+                    detail={"reconcile": lookup.detail or "found"},
+                )
+                return Outcome(
+                    status=DispatchStatus.SUCCEEDED,
+                    operation=op,
+                    receipt=receipt,
+                    message="reconciled: the earlier attempt had taken effect",
+                )
+            if lookup.status == "unavailable":
+                # Seed 001 §4.8: cannot ask -> stop submitting, keep it visible.
+                return self._park(op, spec, f"lookup unavailable: {lookup.detail}")
+            if spec.not_found_is_final or spec.kind is EffectKind.KEYED:
+                return self._retry_or_settle(
+                    op,
+                    spec,
+                    f"lookup: not found ({lookup.detail})",
+                    known_not_applied=spec.not_found_is_final,
+                )
+            return self._park(
+                op,
+                spec,
+                f"lookup: not found, and not-found is not final for {spec.name} ({lookup.detail})",
+            )
+        if spec.kind in (EffectKind.IDEMPOTENT, EffectKind.KEYED):
+            return self._retry_or_settle(
+                op, spec, f"{spec.kind.value} tool: a repeat is safe", known_not_applied=False
+            )
+        return self._park(op, spec, f"{spec.kind.value} tool: a repeat could duplicate the effect")
+
+    def _lookup(self, spec: ToolSpec, args: Any, call: EffectCall, op: Operation) -> Lookup:
+        assert spec.reconciler is not None
+        try:
+            return spec.reconciler(args, self._context(call, op))
+        except Exception as exc:
+            # A reconciler must answer "unavailable" rather than raise; one that
+            # raises cannot tell us anything either.
+            return Lookup.unavailable(f"lookup raised {type(exc).__name__}: {exc}")
+
+    def _retry_or_settle(
+        self, op: Operation, spec: ToolSpec, why: str, *, known_not_applied: bool
+    ) -> Operation | Outcome:
+        now = self.clock.now()
+        budget = op.budget
+        in_time = budget.deadline_at is None or now < budget.deadline_at
+        if op.attempt < budget.max_attempts and in_time:
+            return self.ledger.transition(
+                op.operation_id,
+                src=OpState.UNKNOWN,
+                dst=OpState.RETRY_WAIT,
+                next_attempt_at=now,
+                detail={"recovery": why},
+            )
+        if known_not_applied:
+            return self.ledger.transition(
+                op.operation_id,
+                src=OpState.UNKNOWN,
+                dst=OpState.FAILED,
+                error=f"not applied ({why}); no attempts or time left",
+                detail={"recovery": why},
+            )
+        # DESIGN §3: an exhausted budget on a maybe-applied write is not FAILED.
+        return self._park(op, spec, f"{why}, but no attempts or time left")
+
+    def _park(self, op: Operation, spec: ToolSpec | None, why: str) -> Outcome:
+        if op.state is OpState.UNKNOWN:
+            op = self.ledger.transition(
+                op.operation_id,
+                src=OpState.UNKNOWN,
+                dst=OpState.NEEDS_RECONCILIATION,
+                detail={"reason": why},
+            )
+        return self._needs_human(op, spec, why)
+
+    def _needs_human(self, op: Operation, spec: ToolSpec | None, why: str) -> Outcome:
+        evidence = {
+            "operation_id": op.operation_id,
+            "tool": op.tool,
+            "args": dict(op.args),
+            "state": op.state.value,
+            "attempt": op.attempt,
+            "max_attempts": op.budget.max_attempts,
+            "last_error": op.error,
+            "why": why or (op.error or "outcome unknown"),
+            "effect_kind": spec.kind.value if spec is not None else None,
+        }
+        return Outcome(
+            status=DispatchStatus.NEEDS_RECONCILIATION,
+            operation=op,
+            message=f"outcome unknown; a human must reconcile: {evidence['why']}",
+            evidence=evidence,
+        )
+
+    # ------------------------------------------------------- human verdicts
+
+    def apply_verdict(self, operation_id: str, verdict: Verdict) -> Operation:
+        """Apply a human's reconciliation verdict to a parked operation.
+
+        Idempotent: a verdict for an operation no longer parked, or bound to an
+        earlier attempt, changes nothing.
+
+        Args:
+            operation_id: the parked operation.
+            verdict: a value that passed ``validate_verdict``.
+
+        Returns:
+            The operation after the verdict.
+
+        Raises:
+            DecisionError: ``retry`` with no attempts or time left, or an
+                unknown operation.
+        """
+        op = self.ledger.get(operation_id)
+        if op is None:
+            raise DecisionError(f"unknown operation {operation_id!r}")
+        bound = verdict.get("attempt")
+        if (
+            op.state is not OpState.NEEDS_RECONCILIATION
+            or verdict["verdict"] == "ledger"
+            or (bound is not None and bound != op.attempt)
+        ):
+            return op
+        detail = {
+            "verdict": verdict["verdict"],
+            "reviewer": verdict.get("reviewer", "human"),
+            "evidence": verdict.get("evidence", ""),
+        }
+        kind = verdict["verdict"]
+        if kind == "succeeded":
+            receipt = Receipt(
+                operation_id=op.operation_id,
+                intent_hash=op.intent_hash,
+                attempt=op.attempt,
+                result={"reconciled_by": detail["reviewer"], "evidence": detail["evidence"]},
+                reference=verdict.get("reference"),
+                source="human",
+                recorded_at=self.clock.now(),
+            )
+            return self.ledger.transition(
+                op.operation_id, src=op.state, dst=OpState.SUCCEEDED, receipt=receipt, detail=detail
+            )
+        if kind == "failed":
+            return self.ledger.transition(
+                op.operation_id,
+                src=op.state,
+                dst=OpState.FAILED,
+                error=f"a human found it did not take effect: {detail['evidence'] or 'no detail'}",
+                detail=detail,
+            )
+        if op.attempt >= op.budget.max_attempts:
+            raise DecisionError(
+                f"operation {operation_id!r} has used {op.attempt} of "
+                f"{op.budget.max_attempts} attempts; budgets are not extended by a verdict"
+            )
+        return self.ledger.transition(
+            op.operation_id,
+            src=op.state,
+            dst=OpState.RETRY_WAIT,
+            next_attempt_at=self.clock.now(),
+            detail=detail,
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    """Return ``value`` if it survives JSON, else its JSON round-trip via ``str``."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=str))
+    return value

@@ -1,0 +1,408 @@
+"""``Agent``: start, resume and inspect threads safely.
+
+LangGraph does not serialise runs per thread (two runs silently fork it) and
+several resume paths silently re-run nodes (langgraph-semantics §2, §11). The
+runner closes those gaps: it takes a per-thread lease in the ledger database,
+turns IN_FLIGHT rows of the thread into UNKNOWN, and then follows the
+supervisor procedure of langgraph-semantics §12:
+
+- nothing checkpointed     -> start again from the recorded input;
+- pending interrupts       -> answer *every* one in a single resume, or wait
+  (never ``invoke(None)`` and never new input over them);
+- unfinished tasks         -> ``invoke(None)``;
+- no tasks                 -> the thread is done.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import GraphDrained
+from langgraph.runtime import RunControl
+from langgraph.types import Command
+
+from effectgate._clock import Clock
+from effectgate.dispatch import Verdict, validate_verdict
+from effectgate.errors import ConfigError, DecisionError, ThreadBusyError
+from effectgate.graph._build import AgentParts, build_agent, new_worker_id
+from effectgate.graph._policy import Policy
+from effectgate.ledger import Lease, Ledger, Operation, OpState
+from effectgate.tools import ToolSpec
+
+__all__ = ["Agent", "PendingInterrupt", "RunResult", "RunStatus"]
+
+
+class RunStatus(enum.StrEnum):
+    """Where a thread stands after a run call."""
+
+    DONE = "done"
+    WAITING_REVIEW = "waiting_review"
+    WAITING_RECONCILIATION = "waiting_reconciliation"
+    INCOMPLETE = "incomplete"
+    """Tasks remain (a model error, a drain on SIGTERM): ``resume`` continues."""
+    NOT_STARTED = "not_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingInterrupt:
+    """One unanswered interrupt: its LangGraph id and its payload."""
+
+    id: str
+    value: Mapping[str, Any]
+
+    @property
+    def kind(self) -> str:
+        """``"review"`` or ``"reconciliation"``."""
+        return str(self.value.get("type", "review"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """What a run left behind, read back from the checkpoint and the ledger."""
+
+    thread_id: str
+    status: RunStatus
+    interrupts: list[PendingInterrupt] = field(default_factory=list)
+    final_message: str | None = None
+    """The last AI message's text when the thread is done."""
+    operations: list[Operation] = field(default_factory=list)
+    error: str | None = None
+    """Why the run stopped early (model error, drain); the thread stays resumable."""
+
+
+EventHook = Callable[[Mapping[str, Any]], None]
+
+
+class Agent:
+    """A durable agent: the graph of ``build_agent`` plus a safe runner.
+
+    Args:
+        model: chat model with ``bind_tools``.
+        tools: ``ToolSpec``s and/or LangChain tools.
+        ledger: the operation ledger (also holds threads and leases).
+        checkpointer: LangGraph saver, e.g. ``SqliteSaver``.
+        policy: approval TTL, auto-approval, budgets.
+        system_prompt: prepended to each model call.
+        clock: time source.
+        lease_ttl_s: seconds a thread lease lasts without renewal; renewed
+            every third of it while a run is under way.
+        on_event: called with each streamed graph update (progress display).
+        on_wait: called before each backoff wait with the operation and seconds.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        tools: Sequence[ToolSpec | BaseTool],
+        *,
+        ledger: Ledger,
+        checkpointer: BaseCheckpointSaver[Any],
+        policy: Policy | None = None,
+        system_prompt: str | None = None,
+        clock: Clock | None = None,
+        lease_ttl_s: float = 30.0,
+        on_event: EventHook | None = None,
+        on_wait: Callable[[Operation, float], None] | None = None,
+    ) -> None:
+        self.worker = new_worker_id()
+        self.parts: AgentParts = build_agent(
+            model,
+            tools,
+            ledger=ledger,
+            checkpointer=checkpointer,
+            policy=policy,
+            system_prompt=system_prompt,
+            worker=self.worker,
+            clock=clock,
+            on_wait=on_wait,
+        )
+        self.graph = self.parts.graph
+        self.ledger = ledger
+        self.dispatcher = self.parts.dispatcher
+        self.lease_ttl_s = lease_ttl_s
+        self.on_event = on_event
+        self._control: RunControl | None = None
+
+    # ---------------------------------------------------------------- running
+
+    def start(
+        self, task: str, *, thread_id: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        """Start a new thread on ``task`` and run until done or an interrupt.
+
+        The input is recorded in the ledger first, so a run killed before its
+        first checkpoint can be started again by ``resume``.
+
+        Args:
+            task: the user's request (the first human message).
+            thread_id: fix the thread id; default a new random one.
+            metadata: stored with the thread record (e.g. the model spec, so a
+                later ``resume`` in a new process can rebuild the same agent).
+
+        Returns:
+            The thread's state after the run.
+
+        Raises:
+            ConfigError: the thread already exists (use ``resume``).
+            ThreadBusyError: another live runner holds the thread.
+        """
+        thread_id = thread_id or uuid.uuid4().hex
+        existing = self.ledger.get_thread(thread_id)
+        if existing is not None:
+            raise ConfigError(f"thread {thread_id!r} already exists; resume it instead")
+        self.ledger.record_thread(thread_id, {"task": task}, metadata)
+        with self._lease(thread_id):
+            return self._run(thread_id, {"messages": [HumanMessage(task)]})
+
+    def resume(
+        self,
+        thread_id: str,
+        *,
+        decisions: Mapping[str, Any] | None = None,
+        verdicts: Mapping[str, Verdict] | None = None,
+    ) -> RunResult:
+        """Continue a thread from wherever it stopped, repeating no effect.
+
+        Args:
+            thread_id: the thread.
+            decisions: the answer to a pending review interrupt:
+                ``{"decisions": [...], "reviewer": "..."}``.
+            verdicts: answers to pending reconciliation interrupts, by
+                operation id.
+
+        Returns:
+            The thread's state after the run. If an interrupt is pending and
+            not answered, nothing runs and the result says what waits.
+
+        Raises:
+            ConfigError: unknown thread.
+            DecisionError: an answer has the wrong shape; nothing ran.
+            ThreadBusyError: another live runner holds the thread.
+        """
+        with self._lease(thread_id):
+            self.ledger.recover_in_flight(thread_id=thread_id)
+            snapshot = self.graph.get_state(self._config(thread_id))
+            if snapshot.metadata is None:
+                record = self.ledger.get_thread(thread_id)
+                if record is None:
+                    raise ConfigError(f"unknown thread {thread_id!r}")
+                task = str(record.input.get("task", ""))
+                return self._run(thread_id, {"messages": [HumanMessage(task)]})
+            pending = self._interrupts(snapshot)
+            if pending:
+                resume = self._resume_map(pending, decisions, verdicts)
+                if resume is None:
+                    return self.status(thread_id)
+                return self._run(thread_id, Command(resume=resume))
+            if snapshot.tasks:
+                return self._run(thread_id, None)
+            return self.status(thread_id)
+
+    def replay(self, thread_id: str, checkpoint_id: str) -> RunResult:
+        """Re-run a thread from one of its checkpoints (LangGraph time travel).
+
+        The replay forks the thread from that checkpoint; every effect it
+        reaches goes through review and the ledger again, so nothing that
+        succeeded is executed twice.
+        """
+        with self._lease(thread_id):
+            config = self._config(thread_id)
+            config["configurable"]["checkpoint_id"] = checkpoint_id
+            return self._run(thread_id, None, config=config)
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""
+        if self._control is not None:
+            self._control.request_drain(reason)
+
+    # ------------------------------------------------------------- inspection
+
+    def status(self, thread_id: str) -> RunResult:
+        """Read where a thread stands, without running anything."""
+        snapshot = self.graph.get_state(self._config(thread_id))
+        ops = self.ledger.list(thread_id=thread_id)
+        if snapshot.metadata is None:
+            return RunResult(thread_id=thread_id, status=RunStatus.NOT_STARTED, operations=ops)
+        pending = self._interrupts(snapshot)
+        if pending:
+            kind = (
+                RunStatus.WAITING_RECONCILIATION
+                if any(p.kind == "reconciliation" for p in pending)
+                else RunStatus.WAITING_REVIEW
+            )
+            return RunResult(thread_id=thread_id, status=kind, interrupts=pending, operations=ops)
+        if snapshot.tasks:
+            errors = [str(t.error) for t in snapshot.tasks if t.error]
+            return RunResult(
+                thread_id=thread_id,
+                status=RunStatus.INCOMPLETE,
+                operations=ops,
+                error="; ".join(errors) or None,
+            )
+        return RunResult(
+            thread_id=thread_id,
+            status=RunStatus.DONE,
+            operations=ops,
+            final_message=_final_text(snapshot.values.get("messages", [])),
+        )
+
+    def messages(self, thread_id: str) -> list[AnyMessage]:
+        """Return the thread's current message history."""
+        snapshot = self.graph.get_state(self._config(thread_id))
+        return list(snapshot.values.get("messages", []))
+
+    # -------------------------------------------------------------- internals
+
+    @staticmethod
+    def _config(thread_id: str) -> RunnableConfig:
+        return {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+
+    @staticmethod
+    def _interrupts(snapshot: Any) -> list[PendingInterrupt]:
+        return [PendingInterrupt(id=i.id, value=i.value) for i in snapshot.interrupts]
+
+    def _resume_map(
+        self,
+        pending: Sequence[PendingInterrupt],
+        decisions: Mapping[str, Any] | None,
+        verdicts: Mapping[str, Verdict] | None,
+    ) -> dict[str, Any] | None:
+        resume: dict[str, Any] = {}
+        for item in pending:
+            answer = (
+                self._review_answer(item, decisions)
+                if item.kind == "review"
+                else self._verdict_answer(item, verdicts)
+            )
+            if answer is None:
+                return None  # a partial resume would re-run the unanswered nodes
+            resume[item.id] = answer
+        return resume
+
+    @staticmethod
+    def _review_answer(
+        item: PendingInterrupt, decisions: Mapping[str, Any] | None
+    ) -> Mapping[str, Any] | None:
+        if decisions is None:
+            return None
+        check_review_answer(item.value, decisions)
+        return decisions
+
+    def _verdict_answer(
+        self, item: PendingInterrupt, verdicts: Mapping[str, Verdict] | None
+    ) -> Mapping[str, Any] | None:
+        op_id = str(item.value["operation_id"])
+        op = self.ledger.get(op_id)
+        if op is not None and op.state is not OpState.NEEDS_RECONCILIATION:
+            # Settled outside the graph (``effectgate reconcile``): let the node re-read it.
+            return {"verdict": "ledger", "attempt": op.attempt}
+        given = (verdicts or {}).get(op_id)
+        if given is None:
+            return None
+        verdict = validate_verdict({"attempt": item.value.get("attempt"), **given})
+        return dict(verdict)
+
+    @contextmanager
+    def _lease(self, thread_id: str) -> Iterator[Lease]:
+        lease = self.ledger.acquire_lease(thread_id, self.worker, self.lease_ttl_s)
+        stop = threading.Event()
+        holder = {"lease": lease}
+
+        def heartbeat() -> None:
+            while not stop.wait(self.lease_ttl_s / 3):
+                try:
+                    holder["lease"] = self.ledger.renew_lease(holder["lease"], self.lease_ttl_s)
+                except ThreadBusyError:
+                    self.request_stop("thread lease lost to another runner")
+                    return
+
+        beat = threading.Thread(target=heartbeat, name=f"lease-{thread_id}", daemon=True)
+        beat.start()
+        try:
+            yield lease
+        finally:
+            stop.set()
+            beat.join()
+            self.ledger.release_lease(holder["lease"])
+
+    def _run(
+        self, thread_id: str, value: Any, *, config: RunnableConfig | None = None
+    ) -> RunResult:
+        control = RunControl()
+        self._control = control
+        error = None
+        try:
+            for chunk in self.graph.stream(
+                value,
+                config or self._config(thread_id),
+                stream_mode="updates",
+                durability="sync",
+                control=control,
+            ):
+                if self.on_event is not None:
+                    self.on_event(chunk)
+        except GraphDrained as exc:
+            error = f"stopped at a step boundary: {exc.reason if hasattr(exc, 'reason') else exc}"
+        finally:
+            self._control = None
+        result = self.status(thread_id)
+        if error is not None:
+            return RunResult(
+                thread_id=result.thread_id,
+                status=result.status,
+                interrupts=result.interrupts,
+                operations=result.operations,
+                final_message=result.final_message,
+                error=error,
+            )
+        return result
+
+
+def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
+    """Check a review answer's shape against the request before resuming.
+
+    Raises:
+        DecisionError: not ``{"decisions": [...]}``, wrong count, or a decision
+            type the request does not allow for that call. Nothing is resumed.
+    """
+    decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
+    if not isinstance(decisions, list):
+        raise DecisionError('a review answer must look like {"decisions": [...]}')
+    actions = request.get("action_requests", [])
+    configs = request.get("review_configs", [])
+    if len(decisions) != len(actions):
+        raise DecisionError(
+            f"{len(decisions)} decision(s) for {len(actions)} pending call(s): "
+            "answer every call, in order"
+        )
+    for action, config, decision in zip(actions, configs, decisions, strict=True):
+        kind = decision.get("type") if isinstance(decision, Mapping) else None
+        if kind not in config.get("allowed_decisions", []):
+            raise DecisionError(
+                f"decision {kind!r} not allowed for {action['name']} ({action['tool_call_id']}); "
+                f"allowed: {', '.join(config.get('allowed_decisions', []))}"
+            )
+        if kind == "edit":
+            edited = decision.get("edited_action")
+            if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
+                raise DecisionError(
+                    f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
+                )
+
+
+def _final_text(messages: Sequence[AnyMessage]) -> str | None:
+    for msg in reversed(messages):
+        if isinstance(msg, AIMessage):
+            return msg.text if hasattr(msg, "text") else str(msg.content)
+    return None

@@ -1,0 +1,204 @@
+"""Message-history helpers: find unanswered calls, repair ids, build ToolMessages.
+
+Every ``tool_call_id`` of an ``AIMessage`` is answered by exactly one
+``ToolMessage`` before the model is called again (DESIGN §5, invariant 6);
+these helpers are the only place that shapes those answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+
+from effectgate._intent import canonical_json
+from effectgate.dispatch import DispatchStatus, Outcome
+
+__all__ = [
+    "PendingCall",
+    "effect_message",
+    "error_message",
+    "last_ai_message",
+    "pending_calls",
+    "rejection_message",
+    "with_call_ids",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingCall:
+    """A tool call of the last AI message that has no ToolMessage yet."""
+
+    id: str
+    name: str
+    args: Any
+    """As the model sent them: a dict, or raw text for an unparsable call."""
+    parse_error: str | None = None
+    """Set for ``invalid_tool_calls``: the arguments were not valid JSON."""
+
+
+def last_ai_message(messages: Sequence[AnyMessage]) -> AIMessage | None:
+    """Return the last ``AIMessage`` if it is the last non-tool message, else ``None``."""
+    for msg in reversed(messages):
+        if isinstance(msg, ToolMessage):
+            continue
+        return msg if isinstance(msg, AIMessage) else None
+    return None
+
+
+def pending_calls(messages: Sequence[AnyMessage]) -> list[PendingCall]:
+    """Return the last AI message's calls that no ToolMessage answers yet, in order."""
+    ai = last_ai_message(messages)
+    if ai is None:
+        return []
+    idx = max(i for i, m in enumerate(messages) if m is ai)
+    answered = {m.tool_call_id for m in messages[idx + 1 :] if isinstance(m, ToolMessage)}
+    out = [
+        PendingCall(id=str(tc["id"]), name=tc["name"], args=tc["args"])
+        for tc in ai.tool_calls
+        if tc.get("id") and tc["id"] not in answered
+    ]
+    for itc in ai.invalid_tool_calls:
+        if itc.get("id") and itc["id"] not in answered:
+            out.append(
+                PendingCall(
+                    id=str(itc["id"]),
+                    name=itc.get("name") or "",
+                    args=itc.get("args"),
+                    parse_error=itc.get("error") or "arguments are not valid JSON",
+                )
+            )
+    return out
+
+
+def with_call_ids(message: AIMessage, *, salt: str) -> AIMessage:
+    """Give every tool call without an id a deterministic one.
+
+    A model may emit a tool call without an id (seen with OpenAI-compatible
+    servers, langgraph-semantics §8); the OpenAI API would then reject the
+    history, and nothing could answer the call. The id is derived from
+    ``salt`` (the position in the thread), the call's index, name and args, so
+    re-running the node yields the same id.
+
+    Args:
+        message: the model's message.
+        salt: a string stable for this message's position in the thread.
+
+    Returns:
+        ``message`` itself if nothing was missing, else a copy with ids filled.
+    """
+    calls = list(message.tool_calls)
+    invalid = list(message.invalid_tool_calls)
+    if all(tc.get("id") for tc in calls) and all(tc.get("id") for tc in invalid):
+        return message
+
+    def make_id(i: int, name: str | None, args: Any) -> str:
+        try:
+            blob = canonical_json({"a": args}).decode()
+        except (TypeError, ValueError):
+            blob = repr(args)
+        digest = hashlib.sha256(f"{salt}:{i}:{name}:{blob}".encode()).hexdigest()[:24]
+        return f"call_eg{digest}"
+
+    fixed = [
+        {**tc, "id": tc.get("id") or make_id(i, tc["name"], tc["args"])}
+        for i, tc in enumerate(calls)
+    ]
+    fixed_invalid = [
+        {**tc, "id": tc.get("id") or make_id(len(calls) + i, tc.get("name"), tc.get("args"))}
+        for i, tc in enumerate(invalid)
+    ]
+    return message.model_copy(
+        update={
+            "tool_calls": fixed,
+            "invalid_tool_calls": fixed_invalid,
+            # Drop the provider's raw copy so the fixed calls are what is sent back.
+            "additional_kwargs": {
+                k: v for k, v in message.additional_kwargs.items() if k != "tool_calls"
+            },
+        }
+    )
+
+
+def _content(payload: Mapping[str, Any]) -> str:
+    return json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def error_message(call: PendingCall, text: str) -> ToolMessage:
+    """Answer a malformed call (unknown tool, bad args) with an error the model can act on."""
+    return ToolMessage(
+        content=_content({"status": "error", "error": text, "executed": False}),
+        tool_call_id=call.id,
+        name=call.name or "unknown",
+        status="error",
+    )
+
+
+def rejection_message(
+    *, tool_call_id: str, tool: str, message: str | None, operation_id: str | None = None
+) -> ToolMessage:
+    """Answer a call a reviewer rejected: not executed, do not retry (HITL wording)."""
+    text = (
+        f"User rejected the tool call for `{tool}` with reason: {message}"
+        if message
+        else f"User rejected the tool call for `{tool}` with id {tool_call_id}."
+    )
+    text += " The tool was not executed. Do not retry this tool call unless the user asks."
+    payload = {"status": "rejected", "message": text, "executed": False}
+    if operation_id:
+        payload["operation_id"] = operation_id
+    return ToolMessage(
+        content=_content(payload), tool_call_id=tool_call_id, name=tool, status="error"
+    )
+
+
+def effect_message(
+    outcome: Outcome,
+    *,
+    tool_call_id: str,
+    tool: str,
+    executed_args: Mapping[str, Any] | None = None,
+) -> ToolMessage:
+    """Answer an effect call from its dispatch outcome, truthfully.
+
+    Args:
+        outcome: what dispatch concluded.
+        tool_call_id: the call being answered.
+        tool: the tool's name.
+        executed_args: set when a reviewer edited the call: the model is told
+            what ran instead of its own arguments.
+    """
+    op = outcome.operation
+    payload: dict[str, Any] = {"status": outcome.status.value, "tool": tool}
+    if op is not None:
+        payload.update(operation_id=op.operation_id, attempt=op.attempt)
+    status: Literal["success", "error"] = "error"
+    if outcome.status is DispatchStatus.SUCCEEDED and outcome.receipt is not None:
+        status = "success"
+        payload.update(
+            result=outcome.receipt.result,
+            reference=outcome.receipt.reference,
+            reused=outcome.reused,
+        )
+        if outcome.receipt.source != "dispatch":
+            payload["settled_by"] = outcome.receipt.source
+    else:
+        payload.update(
+            message=outcome.message,
+            executed=False
+            if outcome.status in (DispatchStatus.REJECTED, DispatchStatus.CONFLICT)
+            else None,
+        )
+    if executed_args is not None:
+        payload["note"] = (
+            "A human reviewer replaced this tool call before it ran. Do not re-issue your "
+            "original call. Executed instead: "
+            f"{tool} with arguments {json.dumps(dict(executed_args), sort_keys=True)}."
+        )
+    return ToolMessage(
+        content=_content(payload), tool_call_id=tool_call_id, name=tool, status=status
+    )

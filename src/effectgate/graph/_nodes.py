@@ -1,0 +1,308 @@
+"""The agent, tools and effect nodes.
+
+``effect:<tool>`` is a thin adapter over ``Dispatcher``: it turns an
+``Outcome`` into exactly one ``ToolMessage``, or into an ``interrupt()`` when a
+human must decide (an expired approval, an outcome nobody can know).
+Everything before an ``interrupt()`` here re-runs on resume; it is dispatch,
+which reads the ledger first and repeats nothing the ledger knows started.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import interrupt
+
+from effectgate import _failpoints
+from effectgate._clock import Clock
+from effectgate._failpoints import Failpoint
+from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
+from effectgate.errors import DecisionError, ToolCallError, ToolError
+from effectgate.graph._messages import (
+    PendingCall,
+    effect_message,
+    error_message,
+    pending_calls,
+    with_call_ids,
+)
+from effectgate.graph._policy import Policy
+from effectgate.graph._state import (
+    ActionRequest,
+    AgentState,
+    EffectTask,
+    ReconciliationRequest,
+    ReviewConfig,
+    ReviewRequest,
+)
+from effectgate.ledger import Approval, Ledger, OpenRequest, OpState
+from effectgate.tools import ToolContext, ToolSpec
+
+__all__ = ["make_agent_node", "make_effect_node", "make_tools_node", "malformed_reason"]
+
+
+def make_agent_node(
+    model: BaseChatModel, specs: Mapping[str, ToolSpec], system_prompt: str | None
+) -> Any:
+    """Build the ``agent`` node: one model call with every tool bound.
+
+    A model error propagates: the step fails, the checkpoint keeps the
+    thread, and a resume calls the model again (model calls have no side
+    effects; ChatOpenAI's own retries are set explicitly by the factory).
+    """
+    bound = model.bind_tools([s.to_openai_tool() for s in specs.values()])
+
+    def agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        history = list(state["messages"])
+        prompt = [SystemMessage(system_prompt), *history] if system_prompt else history
+        reply = bound.invoke(prompt)
+        if not isinstance(reply, AIMessage):
+            reply = AIMessage(content=str(getattr(reply, "content", reply)))
+        thread_id = config["configurable"]["thread_id"]
+        return {"messages": [with_call_ids(reply, salt=f"{thread_id}:{len(history)}")]}
+
+    return agent
+
+
+def malformed_reason(call: PendingCall, specs: Mapping[str, ToolSpec]) -> str | None:
+    """Why a call cannot be reviewed or run (unknown tool, bad JSON, schema), or ``None``."""
+    if call.parse_error is not None:
+        return f"could not parse the arguments of {call.name or 'a tool call'}: {call.parse_error}"
+    spec = specs.get(call.name)
+    if spec is None:
+        return (
+            f"unknown tool {call.name!r}; available tools: {', '.join(sorted(specs)) or '(none)'}"
+        )
+    try:
+        spec.normalize(call.args, tool_call_id=call.id)
+    except ToolCallError as exc:
+        return str(exc)
+    return None
+
+
+def make_tools_node(specs: Mapping[str, ToolSpec]) -> Any:
+    """Build the ``tools`` node: run read-only calls, answer malformed ones with errors."""
+
+    def tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        thread_id = str(config["configurable"]["thread_id"])
+        out: list[ToolMessage] = []
+        for call in pending_calls(state["messages"]):
+            reason = malformed_reason(call, specs)
+            if reason is not None:
+                out.append(error_message(call, reason + "; not executed"))
+                continue
+            spec = specs[call.name]
+            if spec.is_read:
+                out.append(_run_read(spec, call, thread_id))
+        return {"messages": out}
+
+    return tools
+
+
+def _run_read(spec: ToolSpec, call: PendingCall, thread_id: str) -> ToolMessage:
+    args = spec.normalize(call.args, tool_call_id=call.id)
+    ctx = ToolContext(
+        operation_id=f"{thread_id}:{call.id}", thread_id=thread_id, tool_call_id=call.id, attempt=1
+    )
+    try:
+        result = spec.call(args, ctx)
+    except ToolError as exc:
+        return error_message(call, f"{type(exc).__name__}: {exc}")
+    payload = {"status": "ok", "result": result.value}
+    return ToolMessage(
+        content=json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str),
+        tool_call_id=call.id,
+        name=spec.name,
+    )
+
+
+def make_effect_node(
+    spec: ToolSpec, *, dispatcher: Dispatcher, ledger: Ledger, policy: Policy, clock: Clock
+) -> Any:
+    """Build ``effect:<tool>``: dispatch one reviewed call through the ledger."""
+
+    def effect(task: EffectTask) -> dict[str, Any]:
+        call = EffectCall(
+            thread_id=task["thread_id"],
+            tool_call_id=task["tool_call_id"],
+            tool=task["tool"],
+            args=task["args"],
+            operation_id=task["operation_id"],
+            intent_hash=task["intent_hash"],
+        )
+        outcome = _settle(
+            call, spec, dispatcher=dispatcher, ledger=ledger, policy=policy, clock=clock
+        )
+        msg = effect_message(
+            outcome,
+            tool_call_id=call.tool_call_id,
+            tool=call.tool,
+            executed_args=task["args"] if task["edited"] else None,
+        )
+        if task["batch_size"] > 1:
+            _failpoints.hit(Failpoint.MID_SUPERSTEP, tool=spec.name)
+        return {"messages": [msg]}
+
+    return effect
+
+
+def _settle(
+    call: EffectCall,
+    spec: ToolSpec,
+    *,
+    dispatcher: Dispatcher,
+    ledger: Ledger,
+    policy: Policy,
+    clock: Clock,
+) -> Outcome:
+    # Each interrupt() below consumes the next stored answer on a re-run, so
+    # answers bound to an earlier attempt are skipped, never re-applied.
+    error: str | None = None
+    while True:
+        outcome = dispatcher.dispatch(call)
+        if outcome.status is DispatchStatus.NEEDS_RECONCILIATION:
+            error = _ask_verdict(call, outcome, dispatcher, error)
+        elif (
+            outcome.status is DispatchStatus.NEEDS_REVIEW
+            and outcome.operation is not None
+            and outcome.operation.intent_hash == call.intent_hash
+        ):
+            error = _ask_review(
+                call, spec, outcome, ledger=ledger, policy=policy, clock=clock, error=error
+            )
+        else:
+            return (
+                _intent_changed(outcome, ledger)
+                if (outcome.status is DispatchStatus.NEEDS_REVIEW)
+                else outcome
+            )
+
+
+def _intent_changed(outcome: Outcome, ledger: Ledger) -> Outcome:
+    # The tool (version) changed after the approval: the approved intent no
+    # longer exists. The old approval is refused and the call is answered as
+    # not executed; the model may propose it again under the new version.
+    op = outcome.operation
+    if op is not None and op.state in (OpState.PROPOSED, OpState.APPROVED):
+        op = ledger.transition(
+            op.operation_id,
+            src=op.state,
+            dst=OpState.REJECTED,
+            error="tool changed after approval",
+            detail=dict(outcome.evidence),
+        )
+    return Outcome(
+        status=DispatchStatus.FAILED,
+        operation=op,
+        message=f"not executed: {outcome.message}",
+        evidence=outcome.evidence,
+    )
+
+
+def _ask_verdict(
+    call: EffectCall, outcome: Outcome, dispatcher: Dispatcher, error: str | None
+) -> str | None:
+    op = outcome.operation
+    assert op is not None
+    request = ReconciliationRequest(
+        type="reconciliation",
+        thread_id=call.thread_id,
+        tool_call_id=call.tool_call_id,
+        operation_id=op.operation_id,
+        tool=op.tool,
+        attempt=op.attempt,
+        evidence=dict(outcome.evidence),
+        allowed_verdicts=["succeeded", "failed", "retry"],
+    )
+    if error:
+        request["error"] = error
+    answer = interrupt(request)
+    try:
+        verdict = validate_verdict(answer)
+        dispatcher.apply_verdict(op.operation_id, verdict)
+    except DecisionError as exc:
+        return str(exc)
+    return None
+
+
+def _ask_review(
+    call: EffectCall,
+    spec: ToolSpec,
+    outcome: Outcome,
+    *,
+    ledger: Ledger,
+    policy: Policy,
+    clock: Clock,
+    error: str | None,
+) -> str | None:
+    op = outcome.operation
+    assert op is not None
+    args = spec.normalize(call.args, tool_call_id=call.tool_call_id)
+    action = ActionRequest(
+        name=spec.name,
+        args=dict(call.args),
+        description=f"{policy.description_prefix} again: {outcome.message}",
+        tool_call_id=call.tool_call_id,
+        operation_id=op.operation_id,
+        intent_hash=call.intent_hash,
+        effect_kind=spec.kind.value,
+        preview=spec.render_preview(args),
+        approval_ttl_s=policy.approval_ttl_s,
+        possible_duplicate_of=None,
+        conflict=None,
+    )
+    request = ReviewRequest(
+        type="review",
+        thread_id=call.thread_id,
+        action_requests=[action],
+        review_configs=[
+            ReviewConfig(action_name=spec.name, allowed_decisions=["approve", "reject"])
+        ],
+    )
+    if error:
+        request["error"] = error
+    answer = interrupt(request)
+    decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
+    if (
+        not isinstance(decisions, list)
+        or len(decisions) != 1
+        or not isinstance(decisions[0], Mapping)
+        or decisions[0].get("type") not in ("approve", "reject")
+    ):
+        return 'answer {"decisions": [{"type": "approve"}]} or [{"type": "reject"}]'
+    kind = decisions[0]["type"]
+    now = clock.now()
+    ttl = policy.approval_ttl_s
+    ledger.record_review(
+        [
+            OpenRequest(
+                operation_id=op.operation_id,
+                thread_id=op.thread_id,
+                tool_call_id=op.tool_call_id,
+                tool=op.tool,
+                tool_version=op.tool_version,
+                args=dict(op.args),
+                intent_hash=op.intent_hash,
+                budget=op.budget,
+            )
+        ],
+        [
+            Approval(
+                operation_id=op.operation_id,
+                thread_id=call.thread_id,
+                tool_call_id=call.tool_call_id,
+                decision=kind,
+                intent_hash=op.intent_hash,
+                reviewer=str(answer.get("reviewer") or policy.reviewer),
+                message=decisions[0].get("message"),
+                decided_at=now,
+                expires_at=now + timedelta(seconds=ttl) if ttl else None,
+            )
+        ],
+    )
+    return None

@@ -1,0 +1,415 @@
+"""The review node: one ``interrupt()`` for every pending side-effecting call.
+
+Everything before ``interrupt()`` runs again on every resume
+(langgraph-semantics §1), so that part only reads: it normalizes arguments,
+derives operation ids and intent hashes, renders previews and looks up
+possible duplicates. Decisions are validated after the interrupt; a malformed
+answer is refused by asking again with the error, so nothing is dispatched and
+the thread stays resumable. Only then are the decisions written to the ledger
+(one transaction), and approved calls fan out as one ``Send`` each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, Send, interrupt
+
+from effectgate import _failpoints
+from effectgate._clock import Clock
+from effectgate._failpoints import Failpoint
+from effectgate.errors import DecisionError, ToolCallError
+from effectgate.graph._messages import PendingCall, error_message, pending_calls, rejection_message
+from effectgate.graph._policy import Policy
+from effectgate.graph._state import (
+    ActionRequest,
+    AgentState,
+    EffectTask,
+    ReviewConfig,
+    ReviewRequest,
+    effect_node_name,
+)
+from effectgate.ledger import Approval, Ledger, OpenRequest, OpState
+from effectgate.tools import EffectKind, ToolSpec
+
+__all__ = ["Prepared", "make_review_node", "parse_decisions", "prepare_calls"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """A pending effect call, normalized, with what the reviewer is shown."""
+
+    call: PendingCall
+    spec: ToolSpec
+    args: Any
+    request: ActionRequest
+    config: ReviewConfig
+    auto: bool
+    """Approved by policy without asking."""
+    duplicate_in_message: str | None = None
+    """Another call of the same message maps to the same operation."""
+
+
+def _possible_duplicate(
+    ledger: Ledger, thread_id: str, spec: ToolSpec, op_id: str, ihash: str
+) -> str | None:
+    for op in ledger.list(thread_id=thread_id, tool=spec.name, states=[OpState.SUCCEEDED]):
+        if op.intent_hash == ihash and op.operation_id != op_id:
+            return op.operation_id
+    return None
+
+
+def _prepare_one(
+    call: PendingCall, spec: ToolSpec, *, ledger: Ledger, policy: Policy, thread_id: str
+) -> Prepared:
+    args = spec.normalize(call.args, tool_call_id=call.id)
+    op_id = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=call.id)
+    ihash = spec.intent_hash(args)
+    existing = ledger.get(op_id)
+    conflict = None
+    if existing is not None and existing.intent_hash != ihash:
+        conflict = {
+            "operation_id": op_id,
+            "stored_intent_hash": existing.intent_hash,
+            "stored_args": dict(existing.args),
+            "stored_state": existing.state.value,
+        }
+    dup = _possible_duplicate(ledger, thread_id, spec, op_id, ihash)
+    ttl = policy.approval_ttl_s
+    request = ActionRequest(
+        name=spec.name,
+        args=spec.args_dict(args),
+        description=f"{policy.description_prefix}\n\nTool: {spec.name} ({spec.kind.value})",
+        tool_call_id=call.id,
+        operation_id=op_id,
+        intent_hash=ihash,
+        effect_kind=spec.kind.value,
+        preview=spec.render_preview(args),
+        approval_ttl_s=ttl,
+        possible_duplicate_of=dup,
+        conflict=conflict,
+    )
+    allowed: list[Any] = ["edit", "reject"] if conflict else ["approve", "edit", "reject"]
+    auto = (
+        not spec.needs_review
+        and spec.kind is not EffectKind.UNSAFE
+        and dup is None
+        and conflict is None
+    ) or (
+        spec.name in policy.auto_approve
+        and spec.kind is not EffectKind.UNSAFE
+        and dup is None
+        and conflict is None
+    )
+    return Prepared(
+        call=call,
+        spec=spec,
+        args=args,
+        request=request,
+        config=ReviewConfig(action_name=spec.name, allowed_decisions=allowed),
+        auto=auto,
+    )
+
+
+def prepare_calls(
+    calls: Sequence[PendingCall],
+    specs: Mapping[str, ToolSpec],
+    *,
+    ledger: Ledger,
+    policy: Policy,
+    thread_id: str,
+) -> list[Prepared]:
+    """Normalize the pending effect calls and build their review requests (reads only).
+
+    Args:
+        calls: unanswered calls of the last AI message that name effect tools
+            with valid arguments (the tools node answered the others).
+        specs: effect tools by name.
+        ledger: read for existing operations and possible duplicates.
+        policy: approval TTL and auto-approval rules.
+        thread_id: the thread.
+
+    Returns:
+        One ``Prepared`` per call, in order.
+    """
+    out: list[Prepared] = []
+    seen: dict[str, str] = {}
+    for call in calls:
+        prepared = _prepare_one(
+            call, specs[call.name], ledger=ledger, policy=policy, thread_id=thread_id
+        )
+        op_id = prepared.request["operation_id"]
+        if op_id in seen:
+            prepared = Prepared(
+                call=prepared.call,
+                spec=prepared.spec,
+                args=prepared.args,
+                request=prepared.request,
+                config=prepared.config,
+                auto=False,
+                duplicate_in_message=seen[op_id],
+            )
+        else:
+            seen[op_id] = call.id
+        out.append(prepared)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Decided:
+    prepared: Prepared
+    kind: Literal["approve", "edit", "reject"]
+    args: Any
+    """Normalized args to execute (edited ones for ``edit``)."""
+    operation_id: str
+    intent_hash: str
+    message: str | None
+
+
+def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -> _Decided:
+    if not isinstance(decision, Mapping):
+        raise DecisionError(f"decision for {p.call.id} must be an object, got {decision!r}")
+    kind = decision.get("type")
+    if kind not in p.config["allowed_decisions"]:
+        raise DecisionError(
+            f"decision {kind!r} is not allowed for {p.spec.name} ({p.call.id}); allowed: "
+            f"{', '.join(p.config['allowed_decisions'])}"
+            + (" (the operation id is bound to other arguments)" if p.request["conflict"] else "")
+        )
+    named = decision.get("tool_call_id")
+    if named is not None and named != p.call.id:
+        raise DecisionError(f"decision names call {named!r} where {p.call.id!r} was expected")
+    if kind == "edit":
+        return _decide_edit(p, decision, thread_id=thread_id, ledger=ledger)
+    message = decision.get("message")
+    if message is not None and not isinstance(message, str):
+        raise DecisionError(f"message for {p.call.id} must be a string")
+    return _Decided(
+        prepared=p,
+        kind=kind,
+        args=p.args,
+        operation_id=p.request["operation_id"],
+        intent_hash=p.request["intent_hash"],
+        message=message,
+    )
+
+
+def _decide_edit(
+    p: Prepared, decision: Mapping[str, Any], *, thread_id: str, ledger: Ledger
+) -> _Decided:
+    edited = decision.get("edited_action")
+    if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
+        raise DecisionError(f"edit of {p.call.id} needs edited_action: {{name, args}}")
+    if edited.get("name", p.spec.name) != p.spec.name:
+        raise DecisionError(f"edit of {p.call.id} may not change the tool ({p.spec.name})")
+    try:
+        args = p.spec.normalize(edited["args"], tool_call_id=p.call.id)
+    except ToolCallError as exc:
+        raise DecisionError(f"edited arguments refused: {exc}") from exc
+    op_id = p.spec.operation_id_for(args, thread_id=thread_id, tool_call_id=p.call.id)
+    ihash = p.spec.intent_hash(args)
+    existing = ledger.get(op_id)
+    if existing is not None and existing.intent_hash != ihash:
+        raise DecisionError(
+            f"edited arguments map to operation {op_id!r}, which is bound to other arguments "
+            f"(state {existing.state.value}); reject, or edit to its recorded arguments"
+        )
+    return _Decided(
+        prepared=p, kind="edit", args=args, operation_id=op_id, intent_hash=ihash, message=None
+    )
+
+
+def parse_decisions(
+    answer: Any, asked: Sequence[Prepared], *, thread_id: str, ledger: Ledger
+) -> tuple[list[_Decided], str | None]:
+    """Validate a review resume value against the calls that were asked about.
+
+    Args:
+        answer: the resume value: ``{"decisions": [...], "reviewer": str?}``.
+        asked: the calls in the interrupt, in order.
+        thread_id: the thread.
+        ledger: read to check edited arguments against existing operations.
+
+    Returns:
+        The validated decisions in order, and the reviewer name if given.
+
+    Raises:
+        DecisionError: wrong shape, wrong count, a decision not allowed for its
+            call, a call named out of order, or edited args the schema refuses.
+    """
+    if not isinstance(answer, Mapping) or not isinstance(answer.get("decisions"), list):
+        raise DecisionError(
+            'a review answer must look like {"decisions": [{"type": "approve"}, ...]}; '
+            f"got {answer!r}"
+        )
+    decisions = answer["decisions"]
+    if len(decisions) != len(asked):
+        raise DecisionError(
+            f"{len(decisions)} decision(s) for {len(asked)} pending call(s): "
+            "answer every call, in order"
+        )
+    reviewer = answer.get("reviewer")
+    if reviewer is not None and not isinstance(reviewer, str):
+        raise DecisionError("reviewer must be a string")
+    return [
+        _decide_one(p, d, thread_id=thread_id, ledger=ledger)
+        for p, d in zip(asked, decisions, strict=True)
+    ], reviewer
+
+
+def make_review_node(
+    *, specs: Mapping[str, ToolSpec], ledger: Ledger, policy: Policy, clock: Clock
+) -> Any:
+    """Build the ``review`` node function (DESIGN §5).
+
+    Returns:
+        ``review(state, config) -> Command``: fans approved calls out as
+        ``Send("effect:<tool>", EffectTask)`` and answers rejected ones.
+    """
+
+    def review(state: AgentState, config: RunnableConfig) -> Command[Any]:
+        thread_id = str(config["configurable"]["thread_id"])
+        calls = [c for c in pending_calls(state["messages"]) if c.name in specs]
+        prepared = prepare_calls(calls, specs, ledger=ledger, policy=policy, thread_id=thread_id)
+        asked = [p for p in prepared if not p.auto and p.duplicate_in_message is None]
+        decided: list[_Decided] = []
+        reviewer = None
+        if asked:
+            request = ReviewRequest(
+                type="review",
+                thread_id=thread_id,
+                action_requests=[p.request for p in asked],
+                review_configs=[p.config for p in asked],
+            )
+            answer = interrupt(request)
+            while True:  # each refusal asks again; answers are replayed in order
+                try:
+                    decided, reviewer = parse_decisions(
+                        answer, asked, thread_id=thread_id, ledger=ledger
+                    )
+                    break
+                except DecisionError as exc:
+                    answer = interrupt(ReviewRequest(**request, error=str(exc)))
+        by_id = {d.prepared.call.id: d for d in decided}
+        for p in prepared:
+            if p.auto:
+                by_id[p.call.id] = _Decided(
+                    prepared=p,
+                    kind="approve",
+                    args=p.args,
+                    operation_id=p.request["operation_id"],
+                    intent_hash=p.request["intent_hash"],
+                    message=None,
+                )
+        return _record_and_route(
+            prepared,
+            by_id,
+            reviewer or policy.reviewer,
+            thread_id=thread_id,
+            ledger=ledger,
+            policy=policy,
+            clock=clock,
+        )
+
+    return review
+
+
+def _record_and_route(
+    prepared: Sequence[Prepared],
+    by_id: Mapping[str, _Decided],
+    reviewer: str,
+    *,
+    thread_id: str,
+    ledger: Ledger,
+    policy: Policy,
+    clock: Clock,
+) -> Command[Any]:
+    now = clock.now()
+    expires = now + timedelta(seconds=policy.approval_ttl_s) if policy.approval_ttl_s else None
+    opens: list[OpenRequest] = []
+    approvals: list[Approval] = []
+    messages: list[ToolMessage] = []
+    sends: list[Send] = []
+    runnable = [
+        p for p in prepared if p.duplicate_in_message is None and by_id[p.call.id].kind != "reject"
+    ]
+    for p in prepared:
+        if p.duplicate_in_message is not None:
+            messages.append(
+                error_message(
+                    p.call,
+                    (
+                        f"not executed: this call maps to the same operation as call "
+                        f"{p.duplicate_in_message} in the same message"
+                    ),
+                )
+            )
+            continue
+        d = by_id[p.call.id]
+        if d.kind == "reject" and p.request["conflict"]:
+            # The operation id belongs to other arguments: record nothing on it.
+            messages.append(
+                rejection_message(tool_call_id=p.call.id, tool=p.spec.name, message=d.message)
+            )
+            continue
+        opens.append(
+            OpenRequest(
+                operation_id=d.operation_id,
+                thread_id=thread_id,
+                tool_call_id=p.call.id,
+                tool=p.spec.name,
+                tool_version=p.spec.version,
+                args=p.spec.args_dict(d.args),
+                intent_hash=d.intent_hash,
+                budget=policy.budget,
+            )
+        )
+        approvals.append(
+            Approval(
+                operation_id=d.operation_id,
+                thread_id=thread_id,
+                tool_call_id=p.call.id,
+                decision=d.kind,
+                intent_hash=d.intent_hash,
+                reviewer=reviewer if not p.auto else "policy:auto",
+                edited_args=p.spec.args_dict(d.args) if d.kind == "edit" else None,
+                message=d.message,
+                decided_at=now,
+                expires_at=expires,
+            )
+        )
+        if d.kind == "reject":
+            messages.append(
+                rejection_message(
+                    tool_call_id=p.call.id,
+                    tool=p.spec.name,
+                    message=d.message,
+                    operation_id=d.operation_id,
+                )
+            )
+        else:
+            sends.append(
+                Send(
+                    effect_node_name(p.spec.name),
+                    EffectTask(
+                        thread_id=thread_id,
+                        tool_call_id=p.call.id,
+                        tool=p.spec.name,
+                        args=p.spec.args_dict(d.args),
+                        operation_id=d.operation_id,
+                        intent_hash=d.intent_hash,
+                        edited=d.kind == "edit",
+                        batch_size=len(runnable),
+                    ),
+                )
+            )
+    if opens:
+        ledger.record_review(opens, approvals)
+    _failpoints.hit(Failpoint.AFTER_REVIEW_RECORDED)
+    update = {"messages": messages} if messages else None
+    return Command(goto=sends or "agent", update=update)

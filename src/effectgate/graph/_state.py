@@ -1,0 +1,138 @@
+"""Graph state and the interrupt payloads, as TypedDicts (they live in checkpoints).
+
+The review request/decision shapes follow LangChain's
+``HumanInTheLoopMiddleware`` (``action_requests``, ``review_configs``, resume
+``{"decisions": [...]}`` with ``approve | edit | reject``), extended with what
+a reviewer of a durable side effect needs (DESIGN §5).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+__all__ = [
+    "ActionRequest",
+    "AgentState",
+    "Decision",
+    "EditedAction",
+    "EffectTask",
+    "ReconciliationRequest",
+    "ReviewConfig",
+    "ReviewRequest",
+    "ReviewResponse",
+    "effect_node_name",
+]
+
+
+class AgentState(TypedDict):
+    """The thread's state: only the message history the model sees."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class ActionRequest(TypedDict):
+    """One side-effecting call awaiting a decision."""
+
+    name: str
+    """Tool name."""
+    args: dict[str, Any]
+    """Normalized arguments (the tool schema's output), as they would run."""
+    description: str
+    tool_call_id: str
+    operation_id: str
+    """The idempotency key this call maps to."""
+    intent_hash: str
+    effect_kind: str
+    preview: str
+    """Reviewer-facing preview: a unified diff for files, headers for mail."""
+    approval_ttl_s: float | None
+    """Seconds an approval stays valid for a first attempt; ``None``: no expiry."""
+    possible_duplicate_of: str | None
+    """An earlier operation of this thread with the same tool and intent that already succeeded."""
+    conflict: dict[str, Any] | None
+    """Set when the operation id is already bound to other arguments (a fork that edited args)."""
+
+
+class ReviewConfig(TypedDict):
+    """What a reviewer may decide for one action (HITL ``review_configs``)."""
+
+    action_name: str
+    allowed_decisions: list[Literal["approve", "edit", "reject"]]
+
+
+class ReviewRequest(TypedDict):
+    """The ``interrupt()`` value of the review node: every pending call of one AI message."""
+
+    type: Literal["review"]
+    thread_id: str
+    action_requests: list[ActionRequest]
+    review_configs: list[ReviewConfig]
+    error: NotRequired[str]
+    """Why the previous answer was refused, when the node asks again."""
+
+
+class EditedAction(TypedDict):
+    """The replacement call of an ``edit`` decision."""
+
+    name: str
+    args: dict[str, Any]
+
+
+class Decision(TypedDict, total=False):
+    """One reviewer decision, in ``action_requests`` order."""
+
+    type: Literal["approve", "edit", "reject"]
+    edited_action: EditedAction
+    """For ``edit``: the new arguments (validated by the tool schema, new intent hash)."""
+    message: str
+    """For ``reject``: told to the model."""
+    tool_call_id: str
+    """Optional: names the call this decision answers; checked when given."""
+
+
+class ReviewResponse(TypedDict, total=False):
+    """The resume value for a review interrupt."""
+
+    decisions: list[Decision]
+    reviewer: str
+
+
+class ReconciliationRequest(TypedDict):
+    """The ``interrupt()`` value of an effect node whose outcome cannot be known."""
+
+    type: Literal["reconciliation"]
+    thread_id: str
+    tool_call_id: str
+    operation_id: str
+    tool: str
+    attempt: int
+    evidence: dict[str, Any]
+    allowed_verdicts: list[Literal["succeeded", "failed", "retry"]]
+    error: NotRequired[str]
+
+
+class EffectTask(TypedDict):
+    """The ``Send`` payload of one effect node: one reviewed call."""
+
+    thread_id: str
+    tool_call_id: str
+    tool: str
+    args: dict[str, Any]
+    """The arguments to execute (edited ones, if a reviewer edited)."""
+    operation_id: str
+    intent_hash: str
+    edited: bool
+    batch_size: int
+    """How many effect nodes run in this superstep (for the MID_SUPERSTEP seam)."""
+
+
+def effect_node_name(tool: str) -> str:
+    """Return the graph node name of a tool's effect node: ``effect.<tool>``.
+
+    DESIGN §5 writes ``effect:<tool>``; LangGraph reserves ``:`` for namespaces
+    in node names, so the separator is a dot.
+    """
+    return f"effect.{tool}"
