@@ -221,6 +221,16 @@ def test_slow_delivers_after_delay(sink: Sink) -> None:
     assert len(sink.rows()) == 1
 
 
+def test_slow_then_client_gives_up_nothing_is_stored(sink: Sink) -> None:
+    """slow + client timeout: the hang-up cancels the session before the commit; no row ever."""
+    sink.fault("slow", delay_s=0.8)
+    with pytest.raises(smtplib.SMTPServerDisconnected):
+        sink.send("<op-1@effectgate>", timeout=0.3)
+    time.sleep(1.0)
+    assert sink.rows() == []
+    assert sink.get("/_admin/stats").json() == {"data_commands": 1, "messages": 0}
+
+
 def test_lookups_unavailable_does_not_block_delivery(sink: Sink) -> None:
     """lookups=unavailable: by-id answers 503 while delivery still works."""
     sink.fault("normal", lookups="unavailable")

@@ -307,6 +307,18 @@ def test_slow_answers_after_delay(server: Server) -> None:
     assert len(server.rows()) == 2
 
 
+def test_slow_commits_after_the_client_gave_up(server: Server) -> None:
+    """slow + client timeout: like a real HTTP server, it still commits once the delay ends."""
+    server.fault("slow", delay_s=0.8)
+    with pytest.raises(httpx.ReadTimeout):
+        server.post("op-1", timeout=0.3)
+    assert server.get("/tickets/by-key/op-1").status_code == 404
+    deadline = time.monotonic() + 5
+    while not server.rows() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [row["idempotency_key"] for row in server.rows()] == ["op-1"]
+
+
 def test_lookups_unavailable_does_not_block_creates(server: Server) -> None:
     """lookups=unavailable: by-key answers 503, creates still work."""
     server.fault("normal", lookups="unavailable")

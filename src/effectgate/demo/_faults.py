@@ -77,7 +77,12 @@ class FaultMode(enum.StrEnum):
     AMBIGUOUS_UNQUERYABLE = "ambiguous-unqueryable"
     """``timeout-after-commit``, and lookups stay unavailable until the fault is set again."""
     SLOW = "slow"
-    """Sleep ``delay_s`` before processing, then process normally. Stays until changed."""
+    """Sleep ``delay_s`` before processing, then process normally. Stays until changed.
+
+    A client that gives up during the sleep meets two behaviours: the ticket
+    service still commits when the sleep ends (HTTP servers do not notice a
+    hang-up), while the mail sink's session is cancelled and nothing is stored.
+    """
 
 
 class Action(enum.StrEnum):
