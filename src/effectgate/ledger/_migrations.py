@@ -13,7 +13,7 @@ Unix epoch (UTC), ``*_s`` are float seconds, ``*_json`` are canonical JSON text.
 
 from __future__ import annotations
 
-__all__ = ["APPLICATION_ID", "LATEST_VERSION", "MIGRATIONS"]
+__all__ = ["APPLICATION_ID", "LATEST_VERSION", "MIGRATIONS", "UNFINISHED_STATES_SQL"]
 
 APPLICATION_ID = 0x45474C44
 """``PRAGMA application_id`` of a ledger file ("EGLD"); tells our files from other SQLite files."""
@@ -22,10 +22,16 @@ _STATES = (
     "'PROPOSED','APPROVED','REJECTED','IN_FLIGHT','SUCCEEDED','FAILED',"
     "'RETRY_WAIT','UNKNOWN','NEEDS_RECONCILIATION'"
 )
-# The partial index covers exactly the non-terminal states (tests compare it
-# with ``UNFINISHED``), so recovery and "what is still open" scans cost
-# O(unfinished rows), not O(ledger size).
-_UNFINISHED = "'PROPOSED','APPROVED','IN_FLIGHT','RETRY_WAIT','UNKNOWN','NEEDS_RECONCILIATION'"
+UNFINISHED_STATES_SQL = (
+    "state IN ('PROPOSED','APPROVED','IN_FLIGHT','RETRY_WAIT','UNKNOWN','NEEDS_RECONCILIATION')"
+)
+"""The partial index's WHERE clause, verbatim.
+
+It covers exactly the non-terminal states (a test compares it with
+``UNFINISHED``), so recovery and "what is still open" queries cost
+O(unfinished rows), not O(ledger size). SQLite uses a partial index only when
+the query's WHERE contains this very term, so queries reuse this string.
+"""
 
 _V1: tuple[str, ...] = (
     f"PRAGMA application_id = {APPLICATION_ID}",
@@ -57,7 +63,7 @@ _V1: tuple[str, ...] = (
     ) STRICT""",
     "CREATE INDEX operations_by_thread ON operations (thread_id, created_at_ms)",
     f"""CREATE INDEX operations_unfinished ON operations (state, created_at_ms)
-        WHERE state IN ({_UNFINISHED})""",
+        WHERE {UNFINISHED_STATES_SQL}""",
     # identity columns are write-once: an operation never changes what it means
     """CREATE TRIGGER operations_identity_immutable
         BEFORE UPDATE OF operation_id, thread_id, tool_call_id, tool, tool_version,

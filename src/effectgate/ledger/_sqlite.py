@@ -28,7 +28,12 @@ from effectgate.errors import (
     SchemaVersionError,
 )
 from effectgate.ledger import _codec as codec
-from effectgate.ledger._migrations import APPLICATION_ID, LATEST_VERSION, MIGRATIONS
+from effectgate.ledger._migrations import (
+    APPLICATION_ID,
+    LATEST_VERSION,
+    MIGRATIONS,
+    UNFINISHED_STATES_SQL,
+)
 from effectgate.ledger._model import (
     UNFINISHED,
     Approval,
@@ -59,11 +64,11 @@ _EVENT_COLUMNS = "seq, operation_id, kind, src, dst, attempt, at_ms, detail_json
 
 def _in_list(states: Iterable[OpState]) -> str:
     # OpState values are fixed identifiers, so inlining them is injection-safe
-    # and lets SQLite match the partial index's WHERE clause textually.
+    # and gives one cached statement per state set.
     return ",".join(f"'{OpState(s).value}'" for s in sorted(states))
 
 
-_UNFINISHED_SQL = f"state IN ({_in_list(UNFINISHED)})"
+_UNFINISHED_SQL = UNFINISHED_STATES_SQL
 
 SQL_INSERT_OPERATION = (
     f"INSERT INTO operations ({_OP_COLUMNS}) VALUES ({_OP_PARAMS}) "
