@@ -1,0 +1,135 @@
+"""Canonical JSON and the intent hash (DESIGN §2): examples and hypothesis laws."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from effectgate._intent import canonical_json, default_operation_id, intent_hash
+
+CI = settings(max_examples=100, deadline=None)
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+
+
+def _shuffled(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffled(v, rng) for v in value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"b": 1, "a": 2}, b'{"a":2,"b":1}'),
+        ({"n": 10.0}, b'{"n":10}'),
+        ({"n": -0.0}, b'{"n":0}'),
+        ({"n": 0.1}, b'{"n":0.1}'),
+        ({"n": 1e300}, b'{"n":1e+300}'),
+        ({"s": "zürich ✓"}, '{"s":"zürich ✓"}'.encode()),
+        ({"t": (1, 2)}, b'{"t":[1,2]}'),
+        ({"z": {"y": [None, True, False]}}, b'{"z":{"y":[null,true,false]}}'),
+        ([], b"[]"),
+    ],
+)
+def test_canonical_examples(value: Any, expected: bytes) -> None:
+    """Sorted keys, no whitespace, integral floats as integers, raw UTF-8."""
+    assert canonical_json(value) == expected
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinity_are_refused(bad: float) -> None:
+    """NaN and infinities have no canonical form and raise ValueError naming the path."""
+    with pytest.raises(ValueError, match=r"args\.x\[1\]"):
+        canonical_json({"args": {"x": [1, bad]}})
+    with pytest.raises(ValueError):
+        intent_hash("t", "1", {"x": bad})
+
+
+@pytest.mark.parametrize("bad", [{1: "a"}, {"x": {1, 2}}, {"x": b"bytes"}, {"x": object()}])
+def test_non_json_values_are_refused(bad: Any) -> None:
+    """Non-string keys and non-JSON values raise TypeError instead of being coerced."""
+    with pytest.raises(TypeError):
+        canonical_json(bad)
+
+
+def test_intent_hash_is_sha256_of_the_canonical_envelope() -> None:
+    """The hash covers tool, tool_version and args, as 64 lowercase hex digits."""
+    args = {"path": "a.txt", "content": "hi"}
+    envelope = b'{"args":{"content":"hi","path":"a.txt"},"tool":"write_file","tool_version":"1"}'
+    assert canonical_json({"tool": "write_file", "tool_version": "1", "args": args}) == envelope
+    assert intent_hash("write_file", "1", args) == hashlib.sha256(envelope).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("tool", "version", "args"),
+    [("write_file2", "1", {"x": 1}), ("write_file", "2", {"x": 1}), ("write_file", "1", {"x": 2})],
+)
+def test_any_part_of_the_intent_changes_the_hash(tool: str, version: str, args: Any) -> None:
+    """A new tool name, tool version or argument value is a new intent."""
+    assert intent_hash(tool, version, args) != intent_hash("write_file", "1", {"x": 1})
+
+
+def test_default_operation_id() -> None:
+    """The default idempotency key is "{thread_id}:{tool_call_id}"."""
+    assert default_operation_id("thread-7", "call_abc") == "thread-7:call_abc"
+
+
+@CI
+@given(json_objects, st.integers(min_value=0, max_value=2**32))
+def test_key_order_is_irrelevant(args: dict[str, Any], seed: int) -> None:
+    """Reordering keys at every depth changes neither the bytes nor the hash."""
+    shuffled = _shuffled(args, random.Random(seed))
+    assert canonical_json(shuffled) == canonical_json(args)
+    assert intent_hash("t", "1", shuffled) == intent_hash("t", "1", args)
+
+
+@CI
+@given(st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1))
+def test_integral_float_equals_int(n: int) -> None:
+    """10 and 10.0 are the same intent (JSON has one number type)."""
+    assert intent_hash("t", "1", {"n": float(n)}) == intent_hash("t", "1", {"n": n})
+
+
+@CI
+@given(json_objects)
+def test_canonical_bytes_round_trip(args: dict[str, Any]) -> None:
+    """Canonical bytes parse back to an equal value and re-encode identically."""
+    encoded = canonical_json(args)
+    decoded = json.loads(encoded)
+    assert decoded == args
+    assert canonical_json(decoded) == encoded
+    assert b"\n" not in encoded and b": " not in encoded
+
+
+@CI
+@given(json_objects, json_objects)
+def test_different_values_hash_differently(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Equal canonical bytes if and only if equal hashes."""
+    same_bytes = canonical_json(a) == canonical_json(b)
+    assert same_bytes == (intent_hash("t", "1", a) == intent_hash("t", "1", b))
