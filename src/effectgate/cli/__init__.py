@@ -1,1 +1,28 @@
-"""effectgate subpackage (filled in by its issue)."""
+"""The ``effectgate`` command: demo, run, resume, review, inspect the ledger.
+
+The console script ``effectgate`` calls ``main()``; ``python -m effectgate.cli``
+does the same. Exit codes are listed in ``effectgate.cli._exit`` (and in
+``effectgate --help`` and ``docs/cli.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from effectgate.cli._exit import ExitCode
+
+__all__ = ["ExitCode", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the ``effectgate`` command line and exit with its status.
+
+    Args:
+        argv: arguments without the program name; default ``sys.argv[1:]``.
+
+    Raises:
+        SystemExit: always, with the command's exit code.
+    """
+    from effectgate.cli._app import app
+
+    app(args=None if argv is None else list(argv), prog_name="effectgate")

@@ -1,0 +1,5 @@
+"""``python -m effectgate.cli``: the same as the ``effectgate`` console script."""
+
+from effectgate.cli import main
+
+main()

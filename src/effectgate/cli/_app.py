@@ -1,0 +1,380 @@
+"""The ``effectgate`` command line (typer): every command, flag and help text.
+
+Command bodies are thin: they build an ``Output``, call the implementation in
+``_runs`` / ``_inspect`` inside ``handled`` (which maps errors to exit codes
+through the one table in ``_exit``), and exit with the code it returns.
+"""
+
+from __future__ import annotations
+
+import enum
+import getpass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from effectgate.cli import _inspect
+from effectgate.cli._exit import EXIT_CODE_HELP
+from effectgate.cli._output import Output, handled
+from effectgate.cli._runs import RunFlags, run_demo, run_resume, run_task
+
+__all__ = ["app"]
+
+
+class Approve(enum.StrEnum):
+    """Values of ``--approve``."""
+
+    ALL = "all"
+    NONE = "none"
+
+
+_HELP = (
+    "effectgate: a LangGraph agent whose side effects are safe to replay.\n\n"
+    "Every side-effecting tool call stops for review and goes through a durable "
+    "operation ledger, so a crash, a resume or a replay never repeats a write."
+)
+
+app = typer.Typer(
+    name="effectgate",
+    help=_HELP,
+    epilog=EXIT_CODE_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+)
+ledger_app = typer.Typer(help="Inspect the operation ledger.", no_args_is_help=True)
+app.add_typer(ledger_app, name="ledger")
+
+StateDirOpt = Annotated[
+    Path,
+    typer.Option(
+        "--state-dir",
+        envvar="EFFECTGATE_STATE_DIR",
+        file_okay=False,
+        help="State directory (checkpoints.sqlite3, ledger.sqlite3, workspace/, services/).",
+    ),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")
+]
+ApproveOpt = Annotated[
+    Approve | None,
+    typer.Option(
+        "--approve",
+        case_sensitive=False,
+        help="Answer every review: 'all' approves (unsafe calls too, with a note), 'none' rejects.",
+    ),
+]
+DecisionsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--decisions",
+        dir_okay=False,
+        help='JSON file: {"decisions": [...]} for the next review, a list of such objects for '
+        'successive reviews, and/or {"verdicts": {op_id: verdict}}.',
+    ),
+]
+CrashOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--crash-at",
+        metavar="SEAM",
+        help="Exit 137 at this failpoint (NAME, NAME@tool, NAME#n); see 'effectgate failpoints'.",
+    ),
+]
+ReviewerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reviewer", help="Name recorded on approvals and verdicts (default: your user name)."
+    ),
+]
+ThreadOpt = Annotated[
+    str | None, typer.Option("--thread", help="Thread id (default: a new random one).")
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)."),
+]
+ApiKeyOpt = Annotated[
+    str | None, typer.Option("--api-key", help="API key (default $OPENAI_API_KEY); never stored.")
+]
+
+_DEFAULT_STATE = Path(".effectgate")
+
+
+def _reviewer(name: str | None) -> str:
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        return "cli"
+
+
+def _flags(
+    state_dir: Path,
+    approve: Approve | None,
+    decisions: Path | None,
+    reviewer: str | None,
+    crash_at: str | None,
+) -> RunFlags:
+    return RunFlags(
+        state_dir=state_dir,
+        approve=approve.value if approve else None,
+        decisions=decisions,
+        reviewer=_reviewer(reviewer),
+        crash_at=crash_at,
+    )
+
+
+@app.command(epilog=EXIT_CODE_HELP)
+def demo(
+    *,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    approve: ApproveOpt = None,
+    decisions: DecisionsOpt = None,
+    thread: ThreadOpt = None,
+    json_out: JsonOpt = False,
+    crash_at: CrashOpt = None,
+    error_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--error-rate",
+            help="Orders error rate the ticket service reports (default 0.12 on the first run; "
+            "later runs keep the services' stored value).",
+        ),
+    ] = None,
+    reviewer: ReviewerOpt = None,
+) -> None:
+    """Run the incident demo against a local ticket service and mail sink.
+
+    The scripted model reads the order service's error rate; above 5% it opens a
+    ticket, mails the on-call engineer with the ticket number and writes an incident
+    note. Each write stops for review, runs once, and is summarised with receipts,
+    the ledger and the external systems' own counts.
+    """
+    output = Output(json_mode=json_out)
+    with handled(output, thread_id=thread):
+        code = run_demo(
+            _flags(state_dir, approve, decisions, reviewer, crash_at),
+            output,
+            thread_id=thread,
+            error_rate=error_rate,
+        )
+    raise typer.Exit(code)
+
+
+@app.command(epilog=EXIT_CODE_HELP)
+def run(
+    *,
+    task: Annotated[str, typer.Argument(help="The request for the agent.")],
+    model: Annotated[
+        str,
+        typer.Option("--model", help="'scripted:<name or path.yaml|json>' or 'openai:<model>'."),
+    ],
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_retries: Annotated[
+        int | None,
+        typer.Option(
+            "--max-retries",
+            min=0,
+            help="Retries of one failed model request (default 2); never a tool retry.",
+        ),
+    ] = None,
+    with_services: Annotated[
+        bool,
+        typer.Option(
+            "--with-services", help="Start the demo ticket service and mail sink for the tools."
+        ),
+    ] = False,
+    thread: ThreadOpt = None,
+    approve: ApproveOpt = None,
+    decisions: DecisionsOpt = None,
+    json_out: JsonOpt = False,
+    crash_at: CrashOpt = None,
+    reviewer: ReviewerOpt = None,
+) -> None:
+    """Start a new thread on TASK with any model and the built-in tools."""
+    output = Output(json_mode=json_out)
+    options = {"base_url": base_url, "api_key": api_key, "max_retries": max_retries}
+    with handled(output, thread_id=thread):
+        code = run_task(
+            _flags(state_dir, approve, decisions, reviewer, crash_at),
+            output,
+            task=task,
+            model_spec=model,
+            model_options=options,
+            with_services=with_services,
+            thread_id=thread,
+        )
+    raise typer.Exit(code)
+
+
+@app.command(epilog=EXIT_CODE_HELP)
+def resume(
+    *,
+    thread: Annotated[str, typer.Option("--thread", help="The thread to continue.")],
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    approve: ApproveOpt = None,
+    decisions: DecisionsOpt = None,
+    json_out: JsonOpt = False,
+    crash_at: CrashOpt = None,
+    reviewer: ReviewerOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key: ApiKeyOpt = None,
+) -> None:
+    """Continue a thread where it stopped (after review, a crash, Ctrl-C), repeating nothing.
+
+    The agent is rebuilt from the thread's metadata (model spec, demo services).
+    A finished thread is only reported.
+    """
+    output = Output(json_mode=json_out)
+    with handled(output, thread_id=thread):
+        code = run_resume(
+            _flags(state_dir, approve, decisions, reviewer, crash_at),
+            output,
+            thread_id=thread,
+            model_options={"base_url": base_url, "api_key": api_key},
+        )
+    raise typer.Exit(code)
+
+
+@app.command()
+def pending(
+    *,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show everything awaiting review or reconciliation."""
+    output = Output(json_mode=json_out)
+    with handled(output, thread_id=thread):
+        code = _inspect.pending(state_dir, output, thread_id=thread)
+    raise typer.Exit(code)
+
+
+@app.command()
+def threads(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+    """List threads with their status."""
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = _inspect.threads(state_dir, output)
+    raise typer.Exit(code)
+
+
+@app.command()
+def reconcile(
+    *,
+    operation: Annotated[str, typer.Argument(help="The operation id.")],
+    succeeded: Annotated[
+        str | None,
+        typer.Option(
+            "--succeeded",
+            metavar="REF",
+            help="It happened: the reference you checked (ticket id, Message-ID...).",
+        ),
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="It did not take effect.")] = False,
+    evidence: Annotated[str, typer.Option("--evidence", help="What you checked.")] = "",
+    reviewer: ReviewerOpt = None,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Settle an operation in NEEDS_RECONCILIATION with a human verdict.
+
+    A later 'effectgate resume --thread ID' lets the thread continue.
+    """
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = _inspect.reconcile(
+            state_dir,
+            output,
+            operation_id=operation,
+            succeeded=succeeded,
+            failed=failed,
+            evidence=evidence,
+            reviewer=_reviewer(reviewer),
+        )
+    raise typer.Exit(code)
+
+
+@app.command()
+def services(
+    *,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    error_rate: Annotated[
+        float | None,
+        typer.Option("--error-rate", help="Set the orders error rate the ticket service reports."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run the demo ticket service and mail sink in the foreground until Ctrl-C."""
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = _inspect.serve_services(state_dir, output, error_rate=error_rate)
+    raise typer.Exit(code)
+
+
+@app.command()
+def failpoints() -> None:
+    """List every failpoint seam name, one per line (for --crash-at)."""
+    for name in _inspect.failpoint_names():
+        typer.echo(name)
+
+
+@ledger_app.command("list")
+def ledger_list(
+    *,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
+    state: Annotated[str | None, typer.Option("--state", help="Only this state.")] = None,
+    tool: Annotated[str | None, typer.Option("--tool", help="Only this tool.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List operations: id, tool, state, attempt, reference."""
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = _inspect.ledger_list(state_dir, output, thread_id=thread, state=state, tool=tool)
+    raise typer.Exit(code)
+
+
+@ledger_app.command("show")
+def ledger_show(
+    *,
+    operation: Annotated[str, typer.Argument(help="The operation id.")],
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show one operation with its receipt, approvals and events."""
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = _inspect.ledger_show(state_dir, output, operation_id=operation)
+    raise typer.Exit(code)
+
+
+@ledger_app.command("stats")
+def ledger_stats(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+    """Show health figures: states, first-attempt success, reuse, open unknowns."""
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = _inspect.ledger_stats(state_dir, output)
+    raise typer.Exit(code)
+
+
+@ledger_app.command("events")
+def ledger_events(
+    *,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
+    operation: Annotated[str | None, typer.Option("--op", help="Only this operation.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show the audit trail of state transitions, in order."""
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = _inspect.ledger_events(state_dir, output, thread_id=thread, operation_id=operation)
+    raise typer.Exit(code)

@@ -1,0 +1,238 @@
+"""Where review decisions and reconciliation verdicts come from, without a terminal.
+
+A ``DecisionSource`` answers one pending interrupt at a time: ``review`` for a
+review request (``{"decisions": [...], "reviewer": ...}``) and ``verdict`` for
+a reconciliation request. ``None`` means "no answer": the run stops and the
+thread waits, which is always safe (DESIGN §5: nothing runs unreviewed).
+
+Sources: ``--approve all|none`` (``BlanketDecisions``), ``--decisions FILE``
+(``FileDecisions``, validated in full before anything runs), an interactive
+terminal (``effectgate.cli._review_ui.TerminalReviewer``), or nobody
+(``NoDecisions``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from effectgate.errors import DecisionError
+
+__all__ = [
+    "BlanketDecisions",
+    "DecisionSource",
+    "FileDecisions",
+    "NoDecisions",
+    "load_decisions_file",
+]
+
+_ENTRY_KEYS = frozenset({"decisions", "reviewer", "verdicts"})
+_DECISION_KEYS = frozenset({"type", "edited_action", "message", "tool_call_id"})
+_TYPES = ("approve", "edit", "reject")
+
+Say = Callable[[str], None]
+"""Tells the person what a source decided on their behalf (stderr)."""
+
+
+class DecisionSource(Protocol):
+    """Answers pending interrupts; ``None`` leaves the thread waiting."""
+
+    def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Return the resume value for one review request, or ``None``."""
+        ...
+
+    def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Return the verdict for one reconciliation request, or ``None``."""
+        ...
+
+
+class NoDecisions:
+    """Answers nothing: the run stops at the first interrupt (no TTY, no flags)."""
+
+    def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Leave the review pending."""
+        return None
+
+    def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Leave the reconciliation pending."""
+        return None
+
+
+class BlanketDecisions:
+    """``--approve all`` or ``--approve none``: one answer for every call.
+
+    ``all`` approves unsafe calls and possible duplicates too, because the
+    person asked for it, but says so for each. A call whose allowed decisions
+    exclude the blanket answer (approve of a conflicting call) is left for a
+    human. Reconciliation is never answered: no blanket verdict is safe.
+
+    Args:
+        approve: ``True`` for ``all``, ``False`` for ``none``.
+        reviewer: recorded on the approvals.
+        say: where notes go.
+    """
+
+    def __init__(self, *, approve: bool, reviewer: str, say: Say) -> None:
+        self.approve = approve
+        self.reviewer = reviewer
+        self.say = say
+
+    def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Approve (or reject) every call of the request, or ``None`` if one cannot be."""
+        wanted = "approve" if self.approve else "reject"
+        flag = "--approve " + ("all" if self.approve else "none")
+        decisions: list[dict[str, Any]] = []
+        actions = request.get("action_requests", [])
+        configs = request.get("review_configs", [])
+        for action, config in zip(actions, configs, strict=True):
+            label = f"{action['name']} ({action['operation_id']})"
+            if wanted not in config.get("allowed_decisions", []):
+                allowed = ", ".join(config.get("allowed_decisions", []))
+                self.say(f"{flag}: cannot {wanted} {label} (allowed: {allowed}); left for review")
+                return None
+            if self.approve:
+                self._warn(flag, label, action)
+                decisions.append({"type": "approve", "tool_call_id": action["tool_call_id"]})
+            else:
+                decisions.append(
+                    {
+                        "type": "reject",
+                        "tool_call_id": action["tool_call_id"],
+                        "message": f"rejected by {flag}",
+                    }
+                )
+        return {"decisions": decisions, "reviewer": self.reviewer}
+
+    def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Leave every reconciliation to a human."""
+        return None
+
+    def _warn(self, flag: str, label: str, action: Mapping[str, Any]) -> None:
+        if action.get("effect_kind") == "unsafe":
+            self.say(
+                f"{flag}: approving UNSAFE call {label}; if its outcome is lost it "
+                "can only end as needs-reconciliation"
+            )
+        if action.get("possible_duplicate_of"):
+            self.say(
+                f"{flag}: approving {label}, a possible duplicate of "
+                f"{action['possible_duplicate_of']}"
+            )
+
+
+class FileDecisions:
+    """``--decisions FILE``: review answers in order, verdicts by operation id.
+
+    Args:
+        entries: the validated entries of ``load_decisions_file``.
+        reviewer: recorded when an entry names no reviewer.
+    """
+
+    def __init__(self, entries: list[dict[str, Any]], *, reviewer: str) -> None:
+        self._reviews = [entry for entry in entries if "decisions" in entry]
+        self._verdicts: dict[str, dict[str, Any]] = {}
+        for entry in entries:
+            self._verdicts.update(entry.get("verdicts", {}))
+        self.reviewer = reviewer
+
+    def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Return the next unused review answer, or ``None`` when the file has no more."""
+        if not self._reviews:
+            return None
+        entry = self._reviews.pop(0)
+        actions = request.get("action_requests", [])
+        decisions = [dict(d) for d in entry["decisions"]]
+        for decision, action in zip(decisions, actions, strict=False):
+            edited = decision.get("edited_action")
+            if isinstance(edited, dict) and "name" not in edited:
+                decision["edited_action"] = {"name": action["name"], **edited}
+        return {"decisions": decisions, "reviewer": entry.get("reviewer", self.reviewer)}
+
+    def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Return the file's verdict for the request's operation, or ``None``."""
+        given = self._verdicts.get(str(request.get("operation_id")))
+        if given is None:
+            return None
+        return {"reviewer": self.reviewer, **given}
+
+
+def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate a decisions file before anything runs.
+
+    Accepted shapes: ``{"decisions": [...], "reviewer": "..."}`` (the next
+    review), a list of such objects (successive reviews), or
+    ``{"verdicts": {operation_id: verdict}}``; an object may hold both.
+
+    Args:
+        path: the JSON file.
+
+    Returns:
+        The entries, in order.
+
+    Raises:
+        DecisionError: unreadable file, invalid JSON, or a wrong shape; the
+            message names the place.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DecisionError(f"decisions file {path}: cannot be read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise DecisionError(f"decisions file {path}: invalid JSON: {exc}") from exc
+    entries = data if isinstance(data, list) else [data]
+    if not entries:
+        raise DecisionError(f"decisions file {path}: empty list")
+    for index, entry in enumerate(entries):
+        _check_entry(entry, f"decisions file {path}, entry {index}")
+    return [dict(entry) for entry in entries]
+
+
+def _check_entry(entry: Any, where: str) -> None:
+    if not isinstance(entry, dict):
+        raise DecisionError(f"{where}: must be an object, got {type(entry).__name__}")
+    unknown = sorted(set(entry) - _ENTRY_KEYS)
+    if unknown:
+        raise DecisionError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_ENTRY_KEYS)}")
+    if "decisions" not in entry and "verdicts" not in entry:
+        raise DecisionError(f'{where}: needs "decisions" or "verdicts"')
+    if "reviewer" in entry and not isinstance(entry["reviewer"], str):
+        raise DecisionError(f"{where}: reviewer must be a string")
+    if "decisions" in entry:
+        decisions = entry["decisions"]
+        if not isinstance(decisions, list) or not decisions:
+            raise DecisionError(f'{where}: "decisions" must be a non-empty list')
+        for number, decision in enumerate(decisions):
+            _check_decision(decision, f"{where}, decision {number}")
+    if "verdicts" in entry:
+        _check_verdicts(entry["verdicts"], where)
+
+
+def _check_decision(decision: Any, where: str) -> None:
+    if not isinstance(decision, dict):
+        raise DecisionError(f"{where}: must be an object")
+    unknown = sorted(set(decision) - _DECISION_KEYS)
+    if unknown:
+        raise DecisionError(f"{where}: unknown key(s) {unknown}")
+    kind = decision.get("type")
+    if kind not in _TYPES:
+        raise DecisionError(f"{where}: type must be one of {', '.join(_TYPES)}; got {kind!r}")
+    if kind == "edit":
+        edited = decision.get("edited_action")
+        if not isinstance(edited, dict) or not isinstance(edited.get("args"), dict):
+            raise DecisionError(f'{where}: edit needs "edited_action": {{"args": {{...}}}}')
+    if "message" in decision and not isinstance(decision["message"], str):
+        raise DecisionError(f"{where}: message must be a string")
+
+
+def _check_verdicts(verdicts: Any, where: str) -> None:
+    from effectgate.dispatch import validate_verdict
+
+    if not isinstance(verdicts, dict) or not verdicts:
+        raise DecisionError(f'{where}: "verdicts" must map operation ids to verdicts')
+    for op_id, verdict in verdicts.items():
+        try:
+            validate_verdict(verdict)
+        except DecisionError as exc:
+            raise DecisionError(f"{where}, verdict for {op_id!r}: {exc}") from exc

@@ -1,0 +1,338 @@
+"""Read-only commands, plus ``reconcile`` and ``services``.
+
+``pending``, ``threads`` and ``ledger ...`` never create a state directory or
+a ledger: on a directory without one they report nothing. ``reconcile``
+writes one human verdict through ``Dispatcher.apply_verdict``; the thread
+continues with a later ``effectgate resume``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+
+from effectgate._failpoints import Failpoint
+from effectgate.cli._output import Output
+from effectgate.cli._render import (
+    event_json,
+    events_table,
+    jsonable,
+    metrics_table,
+    operation_json,
+    operation_panel,
+    operations_table,
+    thread_json,
+    threads_table,
+)
+from effectgate.cli._runs import inspection_agent
+from effectgate.errors import ConfigError, DecisionError
+
+if TYPE_CHECKING:
+    from effectgate._app import StateDir
+    from effectgate.ledger import Ledger, Operation
+
+__all__ = [
+    "failpoint_names",
+    "ledger_events",
+    "ledger_list",
+    "ledger_show",
+    "ledger_stats",
+    "pending",
+    "reconcile",
+    "serve_services",
+    "threads",
+]
+
+_OPEN_STATES = ("UNKNOWN", "NEEDS_RECONCILIATION")
+
+
+def _existing(path: Path) -> StateDir:
+    from effectgate._app import StateDir
+
+    return StateDir.open(path, create=False)
+
+
+@contextlib.contextmanager
+def _ledger(sd: StateDir) -> Iterator[Ledger | None]:
+    from effectgate.ledger import SqliteLedger
+
+    if not sd.ledger.is_file():
+        yield None
+        return
+    ledger = SqliteLedger(sd.ledger)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
+
+
+def failpoint_names() -> list[str]:
+    """Return every seam name, in declaration order."""
+    return [point.value for point in Failpoint]
+
+
+def threads(state_dir: Path, output: Output) -> int:
+    """List every thread with its status."""
+    sd = _existing(state_dir)
+    with _ledger(sd) as ledger:
+        records = ledger.list_threads() if ledger is not None else []
+    rows = []
+    if records:
+        with inspection_agent(sd) as agent:
+            rows = [(record, agent.status(record.thread_id).status.value) for record in records]
+    if output.json_mode:
+        output.emit_json({"threads": [thread_json(record, status) for record, status in rows]})
+    else:
+        output.out.print(threads_table(rows))
+    return 0
+
+
+def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
+    """Show everything awaiting review or reconciliation."""
+    sd = _existing(state_dir)
+    with _ledger(sd) as ledger:
+        records = ledger.list_threads() if ledger is not None else []
+        ops = (
+            ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES))
+            if ledger is not None
+            else []
+        )
+    if thread_id is not None:
+        records = [r for r in records if r.thread_id == thread_id]
+        if not records:
+            raise ConfigError(f"unknown thread {thread_id!r} in {sd.root}")
+    waiting: list[dict[str, Any]] = []
+    if records:
+        with inspection_agent(sd) as agent:
+            for record in records:
+                status = agent.status(record.thread_id)
+                if status.interrupts:
+                    waiting.append(
+                        {
+                            "thread_id": record.thread_id,
+                            "status": status.status.value,
+                            "interrupts": [
+                                {"id": i.id, "kind": i.kind, "value": jsonable(i.value)}
+                                for i in status.interrupts
+                            ],
+                        }
+                    )
+    if output.json_mode:
+        output.emit_json({"threads": waiting, "operations": [operation_json(o) for o in ops]})
+        return 0
+    _print_pending(output, waiting, ops)
+    return 0
+
+
+def _states(names: tuple[str, ...]) -> list[Any]:
+    from effectgate.ledger import OpState
+
+    return [OpState(name) for name in names]
+
+
+def _print_pending(output: Output, waiting: list[dict[str, Any]], ops: list[Operation]) -> None:
+    if not waiting and not ops:
+        output.out.print("nothing is waiting for review or reconciliation")
+        return
+    for entry in waiting:
+        for item in entry["interrupts"]:
+            value = item["value"]
+            if item["kind"] == "review":
+                calls = ", ".join(
+                    f"{a['name']} ({a['operation_id']})" for a in value.get("action_requests", [])
+                )
+                output.out.print(
+                    f"[yellow]review[/] thread {escape(entry['thread_id'])}: {escape(calls)}"
+                )
+            else:
+                what = (
+                    f"{value.get('tool')} ({value.get('operation_id')}), "
+                    f"attempt {value.get('attempt')}"
+                )
+                output.out.print(
+                    f"[red]reconciliation[/] thread {escape(entry['thread_id'])}: {escape(what)}"
+                )
+    if ops:
+        output.out.print(operations_table(ops, title="operations with an unknown outcome"))
+        output.out.print("settle one with: effectgate reconcile OP --succeeded REF | --failed")
+
+
+def ledger_list(
+    state_dir: Path, output: Output, *, thread_id: str | None, state: str | None, tool: str | None
+) -> int:
+    """List operations, optionally filtered by thread, state and tool."""
+    sd = _existing(state_dir)
+    states = None
+    if state is not None:
+        from effectgate.ledger import OpState
+
+        try:
+            states = [OpState(state.upper())]
+        except ValueError as exc:
+            known = ", ".join(OpState)
+            raise ConfigError(f"unknown state {state!r}; states: {known}") from exc
+    with _ledger(sd) as ledger:
+        ops = ledger.list(thread_id=thread_id, states=states, tool=tool) if ledger else []
+    if output.json_mode:
+        output.emit_json({"operations": [operation_json(op) for op in ops]})
+    else:
+        output.out.print(operations_table(ops))
+    return 0
+
+
+def ledger_show(state_dir: Path, output: Output, *, operation_id: str) -> int:
+    """Show one operation in full, with its approvals and events."""
+    sd = _existing(state_dir)
+    with _ledger(sd) as ledger:
+        op = ledger.get(operation_id) if ledger is not None else None
+        if ledger is None or op is None:
+            raise ConfigError(f"unknown operation {operation_id!r} in {sd.root}")
+        events = ledger.events(operation_id=operation_id)
+        approvals = ledger.approvals(operation_id)
+    if output.json_mode:
+        output.emit_json(
+            {
+                "operation": operation_json(op),
+                "approvals": [jsonable(a) for a in approvals],
+                "events": [event_json(e) for e in events],
+            }
+        )
+    else:
+        output.out.print(operation_panel(op, events))
+    return 0
+
+
+def ledger_stats(state_dir: Path, output: Output) -> int:
+    """Show health figures computed from the ledger."""
+    sd = _existing(state_dir)
+    with _ledger(sd) as ledger:
+        if ledger is None:
+            raise ConfigError(f"{sd.root} has no ledger yet")
+        metrics = ledger.metrics()
+    if output.json_mode:
+        output.emit_json({"stats": jsonable(metrics)})
+    else:
+        output.out.print(metrics_table(metrics))
+    return 0
+
+
+def ledger_events(
+    state_dir: Path, output: Output, *, thread_id: str | None, operation_id: str | None
+) -> int:
+    """Show the audit trail in append order."""
+    sd = _existing(state_dir)
+    with _ledger(sd) as ledger:
+        events = (
+            ledger.events(operation_id=operation_id, thread_id=thread_id)
+            if ledger is not None
+            else []
+        )
+    if output.json_mode:
+        output.emit_json({"events": [event_json(e) for e in events]})
+    else:
+        output.out.print(events_table(events))
+    return 0
+
+
+def reconcile(
+    state_dir: Path,
+    output: Output,
+    *,
+    operation_id: str,
+    succeeded: str | None,
+    failed: bool,
+    evidence: str,
+    reviewer: str,
+) -> int:
+    """Apply a human verdict to an operation parked in NEEDS_RECONCILIATION.
+
+    Idempotent: the same verdict again reports the settled state and exits 0.
+
+    Raises:
+        ConfigError: not exactly one of ``--succeeded`` / ``--failed``.
+        DecisionError: unknown operation, or one in another state than the
+            verdict asks for; nothing is changed.
+    """
+    from effectgate.dispatch import Dispatcher, validate_verdict
+
+    if (succeeded is None) == (not failed):
+        raise ConfigError("give exactly one of --succeeded REF or --failed")
+    sd = _existing(state_dir)
+    with _ledger(sd) as ledger:
+        op = ledger.get(operation_id) if ledger is not None else None
+        if ledger is None or op is None:
+            raise DecisionError(f"unknown operation {operation_id!r} in {sd.root}")
+        wanted = "SUCCEEDED" if succeeded is not None else "FAILED"
+        if op.state.value != "NEEDS_RECONCILIATION":
+            if op.state.value != wanted:
+                raise DecisionError(
+                    f"operation {operation_id!r} is {op.state.value}, not "
+                    "NEEDS_RECONCILIATION; nothing changed"
+                )
+            output.progress(f"operation {operation_id} is already {wanted}")
+        else:
+            verdict = validate_verdict(
+                {
+                    "verdict": "succeeded" if succeeded is not None else "failed",
+                    "attempt": op.attempt,
+                    "evidence": evidence,
+                    "reviewer": reviewer,
+                    **({"reference": succeeded} if succeeded is not None else {}),
+                }
+            )
+            worker = f"cli-reconcile:{os.getpid()}"
+            op = Dispatcher(ledger, {}, worker=worker).apply_verdict(operation_id, verdict)
+    if output.json_mode:
+        output.emit_json({"operation": operation_json(op)})
+    else:
+        output.out.print(operations_table([op], title="reconciled"))
+        output.out.print(
+            "continue the thread with: effectgate resume --thread " + escape(op.thread_id)
+        )
+    return 0
+
+
+def serve_services(state_dir: Path, output: Output, *, error_rate: float | None) -> int:
+    """Run the demo services in the foreground until Ctrl-C or SIGTERM."""
+    from effectgate._app import StateDir
+    from effectgate.demo import DemoServices
+
+    sd = StateDir.open(state_dir)
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with DemoServices(sd.services) as services:
+            if error_rate is not None:
+                services.set_error_rate("orders", error_rate)
+            endpoints = services.endpoints
+            info = {
+                "ticket_url": endpoints.ticket_url,
+                "mail_url": endpoints.mail_url,
+                "smtp": f"{endpoints.smtp_host}:{endpoints.smtp_port}",
+                "data_dir": str(sd.services),
+            }
+            if output.json_mode:
+                output.emit_json(info)
+            else:
+                for key, value in info.items():
+                    output.out.print(escape(f"{key:10} {value}"))
+                output.out.print("press Ctrl-C to stop")
+            while not stop.wait(0.5):
+                pass
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    output.progress("services stopped")
+    return 0

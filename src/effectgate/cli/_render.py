@@ -1,0 +1,330 @@
+"""Turn runs, operations and events into JSON objects and rich tables.
+
+JSON shapes are the CLI's machine interface (``--json``): keys only get
+added, never renamed. Rich output is for people and may change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from effectgate.graph import RunResult
+    from effectgate.ledger import Event, LedgerMetrics, Operation, ThreadRecord
+
+__all__ = [
+    "STATE_STYLES",
+    "dumps",
+    "event_json",
+    "events_table",
+    "jsonable",
+    "metrics_table",
+    "operation_json",
+    "operation_panel",
+    "operations_table",
+    "print_summary",
+    "result_json",
+    "short_hash",
+    "thread_json",
+    "threads_table",
+]
+
+STATE_STYLES: Mapping[str, str] = {
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "REJECTED": "magenta",
+    "IN_FLIGHT": "yellow",
+    "UNKNOWN": "bold yellow",
+    "NEEDS_RECONCILIATION": "bold red",
+    "RETRY_WAIT": "yellow",
+    "APPROVED": "cyan",
+    "PROPOSED": "cyan",
+}
+"""Rich style per operation state."""
+
+_STATUS_TEXT: Mapping[str, str] = {
+    "done": "[green]done[/]",
+    "waiting_review": "[yellow]waiting for review[/]",
+    "waiting_reconciliation": "[bold red]waiting for reconciliation[/]",
+    "incomplete": "[yellow]incomplete (stopped early; resume to continue)[/]",
+    "not_started": "[yellow]not started (resume to start it)[/]",
+}
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def jsonable(value: Any) -> Any:
+    """Return ``value`` as plain JSON data (datetimes as ISO 8601, enums as values)."""
+    return json.loads(json.dumps(value, default=_default))
+
+
+def dumps(value: Any) -> str:
+    """Serialise ``value`` as one line of JSON, the way ``--json`` prints it."""
+    return json.dumps(value, default=_default, ensure_ascii=False, sort_keys=False)
+
+
+def short_hash(intent_hash: str) -> str:
+    """Return the first 12 hex digits of an intent hash (enough to tell two apart)."""
+    return intent_hash[:12]
+
+
+def operation_json(op: Operation) -> dict[str, Any]:
+    """Describe one operation as JSON (``id, tool, state, attempt, reference`` first)."""
+    receipt = op.receipt
+    return {
+        "id": op.operation_id,
+        "tool": op.tool,
+        "state": op.state.value,
+        "attempt": op.attempt,
+        "reference": receipt.reference if receipt is not None else None,
+        "thread_id": op.thread_id,
+        "tool_call_id": op.tool_call_id,
+        "intent_hash": op.intent_hash,
+        "args": jsonable(op.args),
+        "result": jsonable(receipt.result) if receipt is not None else None,
+        "receipt_source": receipt.source if receipt is not None else None,
+        "error": op.error,
+        "max_attempts": op.budget.max_attempts,
+        "next_attempt_at": jsonable(op.next_attempt_at),
+        "created_at": op.created_at.isoformat(),
+        "updated_at": op.updated_at.isoformat(),
+    }
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """Describe one ledger event as JSON."""
+    return {
+        "seq": event.seq,
+        "operation_id": event.operation_id,
+        "kind": event.kind.value,
+        "src": event.src.value if event.src is not None else None,
+        "dst": event.dst.value if event.dst is not None else None,
+        "attempt": event.attempt,
+        "at": event.at.isoformat(),
+        "detail": jsonable(event.detail),
+    }
+
+
+def thread_json(record: ThreadRecord, status: str | None = None) -> dict[str, Any]:
+    """Describe one thread record (and its status, when known) as JSON."""
+    return {
+        "thread_id": record.thread_id,
+        "status": status,
+        "task": record.input.get("task"),
+        "metadata": jsonable(record.metadata),
+        "created_at": record.created_at.isoformat(),
+    }
+
+
+def result_json(
+    result: RunResult,
+    *,
+    exit_code: int,
+    external: Mapping[str, Any] | None,
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Build the single ``--json`` object of ``demo``, ``run`` and ``resume``.
+
+    Args:
+        result: where the thread stands.
+        exit_code: the code the process exits with.
+        external: counts read from the external systems' own storage.
+        notes: what the CLI decided on the person's behalf.
+
+    Returns:
+        ``thread_id, status, exit_code, operations, interrupts, external,
+        final_message, error, notes``.
+    """
+    return {
+        "thread_id": result.thread_id,
+        "status": result.status.value,
+        "exit_code": exit_code,
+        "operations": [operation_json(op) for op in result.operations],
+        "interrupts": [
+            {"id": item.id, "kind": item.kind, "value": jsonable(item.value)}
+            for item in result.interrupts
+        ],
+        "external": jsonable(external) if external is not None else None,
+        "final_message": result.final_message,
+        "error": result.error,
+        "notes": list(notes),
+    }
+
+
+def _state_text(state: str) -> Text:
+    return Text(state, style=STATE_STYLES.get(state, ""))
+
+
+def operations_table(ops: Iterable[Operation], *, title: str = "ledger") -> Table:
+    """Render operations as a table: id, tool, state, attempt, reference, updated."""
+    table = Table(title=title, title_justify="left", expand=False)
+    for name in ("operation", "tool", "state", "attempt", "reference / error", "updated"):
+        table.add_column(name, overflow="fold")
+    for op in ops:
+        detail = op.receipt.reference if op.receipt is not None else op.error
+        table.add_row(
+            Text(op.operation_id),
+            op.tool,
+            _state_text(op.state.value),
+            str(op.attempt),
+            Text(detail or ""),
+            op.updated_at.strftime("%H:%M:%S"),
+        )
+    return table
+
+
+def events_table(events: Iterable[Event]) -> Table:
+    """Render ledger events in order: seq, time, operation, transition, attempt, detail."""
+    table = Table(title="events", title_justify="left")
+    for name in ("seq", "at", "operation", "change", "attempt", "detail"):
+        table.add_column(name, overflow="fold")
+    for event in events:
+        if event.src is None and event.dst is None:
+            change = event.kind.value
+        else:
+            src = event.src.value if event.src is not None else "-"
+            change = f"{src} -> {event.dst.value if event.dst is not None else '-'}"
+        table.add_row(
+            str(event.seq),
+            event.at.strftime("%H:%M:%S.%f")[:-3],
+            Text(event.operation_id),
+            change,
+            str(event.attempt),
+            Text(dumps(event.detail) if event.detail else ""),
+        )
+    return table
+
+
+def metrics_table(metrics: LedgerMetrics) -> Table:
+    """Render ledger health figures, one per row."""
+    table = Table(title="ledger stats", title_justify="left", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("operations", str(metrics.operations))
+    for state, count in sorted(metrics.by_state.items()):
+        table.add_row(Text(f"  {state}", style=STATE_STYLES.get(state, "")), str(count))
+    rate = metrics.first_attempt_success_rate
+    table.add_row("first-attempt success", "-" if rate is None else f"{rate:.0%}")
+    mean = metrics.mean_attempts
+    table.add_row("mean attempts", "-" if mean is None else f"{mean:.2f}")
+    table.add_row("results reused", str(metrics.results_reused))
+    table.add_row("open unknowns", str(metrics.open_unknowns))
+    age = metrics.oldest_reconciliation_age_s
+    table.add_row("oldest reconciliation", "-" if age is None else f"{age:.0f} s")
+    return table
+
+
+def threads_table(rows: Iterable[tuple[ThreadRecord, str | None]]) -> Table:
+    """Render threads: id, status, kind and model, task, created."""
+    table = Table(title="threads", title_justify="left")
+    for name in ("thread", "status", "kind / model", "task", "created"):
+        table.add_column(name, overflow="fold")
+    for record, status in rows:
+        meta = record.metadata
+        kind = f"{meta.get('kind', '-')} / {meta.get('model', '-')}"
+        table.add_row(
+            Text(record.thread_id),
+            status or "?",
+            Text(kind),
+            Text(str(record.input.get("task", ""))),
+            record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    return table
+
+
+def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
+    """Render one operation in full: identity, budget, receipt, and its event history."""
+    lines = Table.grid(padding=(0, 2))
+    lines.add_column(style="bold")
+    lines.add_column(overflow="fold")
+    rows: list[tuple[str, str | Text]] = [
+        ("state", _state_text(op.state.value)),
+        ("tool", f"{op.tool} (version {op.tool_version})"),
+        ("thread", op.thread_id),
+        ("tool call", op.tool_call_id),
+        ("intent hash", op.intent_hash),
+        ("attempt", f"{op.attempt} of at most {op.budget.max_attempts}"),
+        ("args", dumps(op.args)),
+    ]
+    if op.receipt is not None:
+        rows.append(("reference", op.receipt.reference or "-"))
+        rows.append(("receipt", f"{dumps(op.receipt.result)} (from {op.receipt.source})"))
+    if op.error:
+        rows.append(("error", op.error))
+    if op.next_attempt_at is not None:
+        rows.append(("next attempt at", op.next_attempt_at.isoformat()))
+    for key, value in rows:
+        lines.add_row(key, value if isinstance(value, Text) else Text(value))
+    return Panel(Group(lines, events_table(events)), title=op.operation_id, title_align="left")
+
+
+def print_summary(
+    console: Console,
+    result: RunResult,
+    *,
+    external: Mapping[str, Any] | None,
+    exit_code: int,
+) -> None:
+    """Print what ran, the receipts, the ledger table and the external systems' counts."""
+    if result.final_message:
+        console.print(Panel(Text(result.final_message), title="agent", title_align="left"))
+    console.print(operations_table(result.operations, title=f"ledger: thread {result.thread_id}"))
+    if external is not None:
+        console.print(_external_table(external))
+    if result.error:
+        console.print(f"[yellow]note:[/] {escape(result.error)}")
+    for item in result.interrupts:
+        what = item.value.get("operation_id") or ", ".join(
+            str(a.get("name")) for a in item.value.get("action_requests", [])
+        )
+        console.print(f"[yellow]pending {item.kind}:[/] {escape(str(what))}")
+    status = _STATUS_TEXT.get(result.status.value, result.status.value)
+    console.print(f"thread [bold]{escape(result.thread_id)}[/]: {status} (exit code {exit_code})")
+
+
+def _external_table(external: Mapping[str, Any]) -> Table:
+    table = Table(title="external systems (read from their own storage)", title_justify="left")
+    table.add_column("system")
+    table.add_column("count", justify="right")
+    table.add_column("detail", overflow="fold")
+    tickets = external.get("ticket_list", [])
+    table.add_row(
+        "ticket service: tickets",
+        str(external.get("tickets")),
+        Text(", ".join(str(t) for t in tickets)),
+    )
+    table.add_row(
+        "mail sink: delivered mails",
+        str(external.get("mails_delivered")),
+        Text(", ".join(str(s) for s in external.get("mail_subjects", []))),
+    )
+    files = external.get("files", [])
+    table.add_row(
+        "workspace: files",
+        str(external.get("workspace_files")),
+        Text(", ".join(f"{f['path']} ({f['bytes']} B)" for f in files)),
+    )
+    return table

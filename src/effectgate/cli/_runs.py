@@ -1,0 +1,335 @@
+"""``effectgate demo``, ``run`` and ``resume``: build the agent, run, review, report.
+
+Bad input is refused before anything is written: the decisions file and the
+failpoint name are checked first, then the model spec, then the state
+directory (``StateDir.open`` refuses a directory that is not ours). Each run
+records its model spec and whether it used the demo services in the thread's
+metadata, so ``resume`` in a new process rebuilds the same agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+
+from effectgate.cli._decisions import (
+    BlanketDecisions,
+    DecisionSource,
+    FileDecisions,
+    NoDecisions,
+    load_decisions_file,
+)
+from effectgate.cli._exit import code_for_status
+from effectgate.cli._output import Output
+from effectgate.cli._render import print_summary, result_json
+from effectgate.cli._review_ui import TerminalReviewer
+from effectgate.cli._session import (
+    Progress,
+    StopFlag,
+    arm_failpoint,
+    break_dead_lease,
+    check_failpoint,
+    drive,
+    external_counts,
+    stop_on_signals,
+)
+from effectgate.errors import ConfigError, ThreadBusyError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from effectgate._app import StateDir
+    from effectgate.demo import DemoServices, ServiceEndpoints
+    from effectgate.graph import Agent, RunResult
+
+__all__ = [
+    "DEMO_MODEL",
+    "DEMO_TASK",
+    "RunFlags",
+    "inspection_agent",
+    "run_demo",
+    "run_resume",
+    "run_task",
+    "thread_record",
+]
+
+DEMO_MODEL = "scripted:incident"
+DEMO_TASK = (
+    "An alert says the order service may be failing. Check its error rate over the last "
+    "5 minutes; if it is above 5%, open a ticket, mail the on-call engineer with the ticket "
+    "number, and write an incident note into the workspace."
+)
+DEMO_ERROR_RATE = 0.12
+"""The orders error rate a fresh demo world starts with (above the 5% threshold)."""
+
+# Tools are built against these when only the checkpoint is read (status, pending):
+# nothing is called, so no service has to run.
+_NOWHERE = "http://127.0.0.1:9"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFlags:
+    """Flags shared by ``demo``, ``run`` and ``resume``."""
+
+    state_dir: Path
+    approve: str | None = None
+    """``"all"``, ``"none"`` or ``None``."""
+    decisions: Path | None = None
+    reviewer: str = "cli"
+    crash_at: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Plan:
+    """What differs between the three commands."""
+
+    thread_id: str
+    model: BaseChatModel
+    services: bool
+    begin: Callable[[Agent], RunResult]
+    prepare: Callable[[DemoServices], None] = field(default=lambda services: None)
+
+
+def _source(flags: RunFlags, output: Output) -> DecisionSource:
+    if flags.approve is not None and flags.decisions is not None:
+        raise ConfigError("--approve and --decisions exclude each other; give one")
+    if flags.decisions is not None:
+        return FileDecisions(load_decisions_file(flags.decisions), reviewer=flags.reviewer)
+    if flags.approve is not None:
+        return BlanketDecisions(
+            approve=flags.approve == "all", reviewer=flags.reviewer, say=output.note
+        )
+    if sys.stdin.isatty():
+        return TerminalReviewer(output.ui, reviewer=flags.reviewer)
+    return NoDecisions()
+
+
+def _model(spec: str, options: Mapping[str, Any]) -> BaseChatModel:
+    from effectgate.models import make_model
+
+    return make_model(spec, **{k: v for k, v in options.items() if v is not None})
+
+
+@contextlib.contextmanager
+def inspection_agent(sd: StateDir) -> Iterator[Agent]:
+    """Open an agent that can read any thread's state and never calls anything.
+
+    It carries every built-in tool (against an address nobody listens on) so
+    the graph has the same nodes as the agent that wrote the checkpoints.
+    """
+    from effectgate._app import default_tools, open_agent
+    from effectgate.demo import ServiceEndpoints
+
+    nowhere = ServiceEndpoints(
+        ticket_url=_NOWHERE, smtp_host="127.0.0.1", smtp_port=9, mail_url=_NOWHERE
+    )
+    tools = default_tools(sd.workspace, nowhere)
+    with open_agent(sd, model=DEMO_MODEL, tools=tools) as agent:
+        yield agent
+
+
+def thread_record(sd: StateDir, thread_id: str) -> Mapping[str, Any]:
+    """Return a thread's metadata, reading the ledger without creating it.
+
+    Raises:
+        ConfigError: the state directory has no ledger, or no such thread.
+    """
+    from effectgate.ledger import SqliteLedger
+
+    if not sd.ledger.is_file():
+        raise ConfigError(f"unknown thread {thread_id!r}: {sd.root} has no ledger yet")
+    ledger = SqliteLedger(sd.ledger)
+    try:
+        record = ledger.get_thread(thread_id)
+    finally:
+        ledger.close()
+    if record is None:
+        raise ConfigError(f"unknown thread {thread_id!r} in {sd.root} (see effectgate threads)")
+    return dict(record.metadata)
+
+
+def _begin_guarded(agent: Agent, plan: _Plan, output: Output) -> RunResult:
+    try:
+        return plan.begin(agent)
+    except ThreadBusyError as exc:
+        if not break_dead_lease(agent.ledger, exc, output.note):
+            raise
+    return plan.begin(agent)
+
+
+def _execute(
+    sd: StateDir, flags: RunFlags, plan: _Plan, source: DecisionSource, output: Output
+) -> int:
+    from effectgate._app import open_agent
+    from effectgate.demo import DemoServices
+
+    progress = Progress(output.progress)
+    crash = check_failpoint(flags.crash_at)
+    endpoints: ServiceEndpoints | None = None
+    with contextlib.ExitStack() as stack:
+        if plan.services:
+            services = stack.enter_context(DemoServices(sd.services))
+            plan.prepare(services)
+            endpoints = services.endpoints
+        agent = stack.enter_context(
+            open_agent(
+                sd,
+                model=plan.model,
+                endpoints=endpoints,
+                on_event=progress.on_event,
+                on_wait=progress.on_wait,
+            )
+        )
+        output.progress(f"thread {plan.thread_id} (state in {sd.root})")
+        arm_failpoint(crash)
+        flag = StopFlag()
+        with stop_on_signals(agent, flag, output.note):
+            result = _begin_guarded(agent, plan, output)
+        result = drive(agent, result, source, flag=flag, say=output.note)
+    return report(result, sd, output)
+
+
+def report(result: RunResult, sd: StateDir, output: Output) -> int:
+    """Print the summary (or the JSON object) and return the exit code."""
+    code = int(code_for_status(result.status))
+    external = external_counts(sd.services, sd.workspace)
+    if output.json_mode:
+        output.emit_json(result_json(result, exit_code=code, external=external, notes=output.notes))
+    else:
+        print_summary(output.out, result, external=external, exit_code=code)
+        if result.interrupts or code_for_status(result.status) != 0:
+            output.out.print(
+                escape(
+                    f"continue with: effectgate resume --thread "
+                    f"{result.thread_id} --state-dir {sd.root}"
+                )
+            )
+    return code
+
+
+def _prepare_demo(
+    error_rate: float | None,
+    first_run: bool,
+    output: Output,
+) -> Callable[[DemoServices], None]:
+    def prepare(services: DemoServices) -> None:
+        if error_rate is not None or first_run:
+            rate = DEMO_ERROR_RATE if error_rate is None else error_rate
+            services.set_error_rate("orders", rate)
+            output.progress(f"ticket service: orders error rate set to {rate}")
+
+    return prepare
+
+
+def run_demo(
+    flags: RunFlags, output: Output, *, thread_id: str | None, error_rate: float | None
+) -> int:
+    """Run the incident demo on the local ticket service and mail sink.
+
+    Returns:
+        The exit code.
+
+    Raises:
+        ConfigError, DecisionError: bad flags or decisions; nothing written.
+        ThreadBusyError: another process runs the thread.
+    """
+    from effectgate._app import StateDir
+    from effectgate.demo.services import TICKETS_DB
+
+    source = _source(flags, output)
+    check_failpoint(flags.crash_at)
+    model = _model(DEMO_MODEL, {})
+    if error_rate is not None and not 0.0 <= error_rate <= 1.0:
+        raise ConfigError(f"--error-rate must be a fraction in [0, 1], got {error_rate}")
+    sd = StateDir.open(flags.state_dir)
+    thread = thread_id or f"demo-{uuid.uuid4().hex[:8]}"
+    metadata = {"kind": "demo", "model": DEMO_MODEL, "services": True}
+    plan = _Plan(
+        thread_id=thread,
+        model=model,
+        services=True,
+        begin=lambda agent: agent.start(DEMO_TASK, thread_id=thread, metadata=metadata),
+        prepare=_prepare_demo(error_rate, not (sd.services / TICKETS_DB).exists(), output),
+    )
+    return _execute(sd, flags, plan, source, output)
+
+
+def run_task(
+    flags: RunFlags,
+    output: Output,
+    *,
+    task: str,
+    model_spec: str,
+    model_options: Mapping[str, Any],
+    with_services: bool,
+    thread_id: str | None,
+) -> int:
+    """Start a new thread on ``task`` with any model.
+
+    ``model_options`` (``base_url``, ``api_key``, ``max_retries``) build the
+    model; all but ``api_key`` are stored in the thread's metadata.
+
+    Returns:
+        The exit code.
+    """
+    from effectgate._app import StateDir
+
+    source = _source(flags, output)
+    check_failpoint(flags.crash_at)
+    model = _model(model_spec, model_options)
+    sd = StateDir.open(flags.state_dir)
+    thread = thread_id or uuid.uuid4().hex
+    stored = {k: v for k, v in model_options.items() if k != "api_key" and v is not None}
+    metadata = {"kind": "run", "model": model_spec, "services": with_services, **stored}
+    plan = _Plan(
+        thread_id=thread,
+        model=model,
+        services=with_services,
+        begin=lambda agent: agent.start(task, thread_id=thread, metadata=metadata),
+    )
+    return _execute(sd, flags, plan, source, output)
+
+
+def run_resume(
+    flags: RunFlags, output: Output, *, thread_id: str, model_options: Mapping[str, Any]
+) -> int:
+    """Continue a thread from where it stopped, with the agent its metadata describes.
+
+    A thread that is already done is only reported: nothing starts, nothing
+    is written.
+
+    Returns:
+        The exit code.
+
+    Raises:
+        ConfigError: no such state directory or thread.
+    """
+    from effectgate._app import StateDir
+
+    source = _source(flags, output)
+    check_failpoint(flags.crash_at)
+    sd = StateDir.open(flags.state_dir, create=False)
+    meta = thread_record(sd, thread_id)
+    with inspection_agent(sd) as reader:
+        status = reader.status(thread_id)
+    if status.status.value == "done":
+        output.progress(f"thread {thread_id} is already done; nothing to resume")
+        return report(status, sd, output)
+    options = {k: meta.get(k) for k in ("base_url", "max_retries")}
+    options.update({k: v for k, v in model_options.items() if v is not None})
+    model = _model(str(meta.get("model", DEMO_MODEL)), options)
+    services = bool(meta.get("services", meta.get("kind") == "demo"))
+    plan = _Plan(
+        thread_id=thread_id,
+        model=model,
+        services=services,
+        begin=lambda agent: agent.resume(thread_id),
+    )
+    return _execute(sd, flags, plan, source, output)
