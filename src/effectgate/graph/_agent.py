@@ -16,6 +16,8 @@ supervisor procedure of langgraph-semantics §12:
 from __future__ import annotations
 
 import enum
+import os
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -159,10 +161,12 @@ class Agent:
         """
         thread_id = thread_id or uuid.uuid4().hex
         existing = self.ledger.get_thread(thread_id)
-        if existing is not None:
-            raise ConfigError(f"thread {thread_id!r} already exists; resume it instead")
+        if existing is not None and dict(existing.input) != {"task": task}:
+            raise ConfigError(f"thread {thread_id!r} already exists with another task")
         self.ledger.record_thread(thread_id, {"task": task}, metadata)
         with self._lease(thread_id):
+            if self.graph.get_state(self._config(thread_id)).metadata is not None:
+                raise ConfigError(f"thread {thread_id!r} already exists; resume it instead")
             return self._run(thread_id, {"messages": [HumanMessage(task)]})
 
     def resume(
@@ -315,7 +319,16 @@ class Agent:
 
     @contextmanager
     def _lease(self, thread_id: str) -> Iterator[Lease]:
-        lease = self.ledger.acquire_lease(thread_id, self.worker, self.lease_ttl_s)
+        try:
+            lease = self.ledger.acquire_lease(thread_id, self.worker, self.lease_ttl_s)
+        except ThreadBusyError as exc:
+            if not _owner_is_dead(exc.owner):
+                raise
+            # The holder's process is gone (kill -9): waiting for its lease to
+            # expire would only delay recovery. Take it over, fenced by owner.
+            lease = self.ledger.acquire_lease(
+                thread_id, self.worker, self.lease_ttl_s, take_over_from=exc.owner
+            )
         stop = threading.Event()
         holder = {"lease": lease}
 
@@ -399,6 +412,25 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
                 raise DecisionError(
                     f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
                 )
+
+
+def _owner_is_dead(owner: str) -> bool:
+    """Whether a ``host:pid:nonce`` owner names a process of this host that no longer runs.
+
+    Owners on other hosts, or with pids that are alive (possibly reused), are
+    presumed alive: the lease then simply expires.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _final_text(messages: Sequence[AnyMessage]) -> str | None:

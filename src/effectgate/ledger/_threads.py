@@ -82,7 +82,14 @@ class ThreadsMixin:
         with self._store.read() as r:
             return r.list_threads()
 
-    def acquire_lease(self, thread_id: str, owner: str, ttl: timedelta | float) -> Lease:
+    def acquire_lease(
+        self,
+        thread_id: str,
+        owner: str,
+        ttl: timedelta | float,
+        *,
+        take_over_from: str | None = None,
+    ) -> Lease:
         """Take (or renew) the thread's lease for ``ttl``, committed durably.
 
         The same owner re-acquires its own lease, expired or not, keeping the
@@ -93,6 +100,9 @@ class ThreadsMixin:
             thread_id: the thread.
             owner: who runs it (e.g. ``host:pid:uuid``).
             ttl: how long the lease holds unless renewed; ``timedelta`` or float seconds.
+            take_over_from: an owner the caller has proven dead (e.g. its process
+                is gone); its unexpired lease is taken over, compare-and-set on
+                the owner, so two callers cannot both take it.
 
         Returns:
             The lease now held by ``owner``.
@@ -105,7 +115,11 @@ class ThreadsMixin:
         now = self._now()
         with self._store.transaction() as tx:
             cur = tx.get_lease(thread_id)
-            if cur is not None and cur.owner != owner and cur.expires_at > now:
+            if (
+                cur is not None
+                and cur.owner not in (owner, take_over_from)
+                and cur.expires_at > now
+            ):
                 raise _busy(cur, now)
             # the token grows only when the lease changes hands
             token = 1 if cur is None else cur.token + (cur.owner != owner)

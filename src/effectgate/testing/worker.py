@@ -1,0 +1,98 @@
+"""A worker process that runs one thread to the end, for crash tests and campaigns.
+
+``python -m effectgate.testing.worker --state-dir DIR --thread ID`` opens the
+agent on ``DIR`` (services already running; their addresses are read from
+``DIR/services/endpoints.json``), starts the thread if it is new or resumes it
+otherwise, answers every review with the chosen decisions, and prints one
+JSON line with the outcome. Killing it (``EFFECTGATE_FAILPOINT`` or SIGKILL)
+and starting it again is how tests prove that nothing happens twice.
+
+Exit codes: 0 done, 3 waiting for reconciliation, 4 waiting for review,
+5 incomplete, 75 thread busy, 137 killed at a failpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from effectgate._app import StateDir, open_agent
+from effectgate.errors import ConfigError, ThreadBusyError
+
+__all__ = ["main"]
+
+EXIT = {"done": 0, "waiting_reconciliation": 3, "waiting_review": 4, "incomplete": 5}
+DEFAULT_TASK = "Check the order service's error rate and handle any incident."
+
+
+def _endpoints(sd: StateDir) -> Any:
+    from effectgate.demo.services import ServiceEndpoints
+
+    path = sd.services / "endpoints.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return ServiceEndpoints(**data)
+
+
+def _decisions(request: dict[str, Any], mode: str) -> dict[str, Any]:
+    kind = "approve" if mode == "all" else "reject"
+    return {
+        "decisions": [{"type": kind} for _ in request["action_requests"]],
+        "reviewer": "worker",
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run or resume the thread; return the process exit code."""
+    sd = StateDir.open(args.state_dir)
+    with open_agent(sd, model=args.model, endpoints=_endpoints(sd)) as agent:
+        try:
+            result = agent.start(args.task, thread_id=args.thread, metadata={"model": args.model})
+        except ConfigError:  # the thread exists: continue it
+            result = agent.resume(args.thread)
+        reviews = 0
+        while result.status == "waiting_review" and reviews < args.max_reviews:
+            reviews += 1
+            request = dict(result.interrupts[0].value)
+            result = agent.resume(args.thread, decisions=_decisions(request, args.approve))
+        summary = {
+            "thread_id": result.thread_id,
+            "status": result.status.value,
+            "operations": [
+                {
+                    "operation_id": o.operation_id,
+                    "tool": o.tool,
+                    "state": o.state.value,
+                    "attempt": o.attempt,
+                }
+                for o in result.operations
+            ],
+            "error": result.error,
+        }
+        print(json.dumps(summary), flush=True)
+        return EXIT.get(result.status.value, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and run; see the module docstring for exit codes."""
+    parser = argparse.ArgumentParser(prog="python -m effectgate.testing.worker")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--thread", required=True)
+    parser.add_argument("--model", default="scripted:incident")
+    parser.add_argument("--task", default=DEFAULT_TASK)
+    parser.add_argument("--approve", choices=["all", "none"], default="all")
+    parser.add_argument("--max-reviews", type=int, default=20)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ThreadBusyError as exc:
+        print(json.dumps({"status": "busy", "error": str(exc)}), flush=True)
+        return 75
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Kill a real worker process at every seam of DESIGN §7, resume in a new one, ask the oracle."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from effectgate._app import StateDir
+from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.demo.services import DemoServices
+from effectgate.ledger import OpState, SqliteLedger
+from effectgate.testing.oracle import checkpoint_problems, world
+from tests.conftest import run_worker, worker_cmd
+
+pytestmark = pytest.mark.crash
+
+NOTE = "incidents/orders-error-rate.md"
+
+
+def assert_incident_done_once(sd: StateDir, thread: str) -> dict[str, OpState]:
+    """One ticket, one mail, the note's exact approved bytes, every op SUCCEEDED, history valid."""
+    w = world(sd)
+    assert (w.tickets, w.mails) == (1, 1), w.as_dict()
+    assert w.duplicate_tickets == 0 and w.duplicate_mails == 0
+    with SqliteLedger(sd.ledger) as ledger:
+        ops = ledger.list(thread_id=thread)
+        states = {op.tool: op.state for op in ops}
+        note_op = next(op for op in ops if op.tool == "write_file")
+        assert w.files == {NOTE: note_op.args["content"].encode()}
+        assert ledger.list(states=[OpState.IN_FLIGHT, OpState.UNKNOWN]) == []
+    assert states == {t: OpState.SUCCEEDED for t in ("create_ticket", "send_email", "write_file")}
+    assert checkpoint_problems(sd.checkpoints, thread) == []
+    return states
+
+
+def attempts(sd: StateDir, thread: str) -> dict[str, int]:
+    with SqliteLedger(sd.ledger) as ledger:
+        return {op.tool: op.attempt for op in ledger.list(thread_id=thread)}
+
+
+SEAMS = [
+    # (failpoint spec, expected attempts after recovery, why)
+    (f"{Failpoint.AFTER_REVIEW_RECORDED}#1", {"create_ticket": 1}, "review re-asked"),
+    (f"{Failpoint.AFTER_REVIEW_RECORDED}#2", {"send_email": 1}, "second review re-asked"),
+    # IN_FLIGHT but the call never left: UNKNOWN -> lookup "not found" -> same-key retry
+    (f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@create_ticket", {"create_ticket": 2}, "keyed retry"),
+    (f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@send_email", {"send_email": 2}, "not found is final"),
+    # seed 000: approved -> running for write_file; new attempt, exact bytes
+    (f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file", {"write_file": 2}, "idempotent retry"),
+    # the external system committed: reconciliation finds it, attempts stay 1 (seed 001 §4.6)
+    (f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket", {"create_ticket": 1}, "found by key"),
+    (f"{Failpoint.AFTER_EXTERNAL_COMMIT}@send_email", {"send_email": 1}, "found by Message-ID"),
+    (f"{Failpoint.AFTER_EXTERNAL_COMMIT}@write_file", {"write_file": 2}, "same bytes again"),
+    # the ledger has the result, the checkpoint not: the stored receipt is reused
+    (f"{Failpoint.AFTER_LEDGER_RESULT}@create_ticket", {"create_ticket": 1}, "receipt reused"),
+    (f"{Failpoint.AFTER_LEDGER_RESULT}@send_email", {"send_email": 1}, "receipt reused"),
+    # one sibling finished (its receipt is reused), the other may have been mid-call
+    (f"{Failpoint.MID_SUPERSTEP}", {}, "finished sibling reused"),
+]
+
+
+@pytest.mark.parametrize(("spec", "expected", "why"), SEAMS, ids=[s[0] for s in SEAMS])
+def test_kill_at_seam_then_resume(
+    services: DemoServices, state_dir: StateDir, spec: str, expected: dict[str, int], why: str
+) -> None:
+    """A worker killed at a seam leaves work a new process finishes without doing anything twice."""
+    first = run_worker(state_dir, "t1", failpoint=spec)
+    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    second = run_worker(state_dir, "t1")
+    assert second.returncode == 0, (second.summary, second.stderr[-2000:])
+    assert_incident_done_once(state_dir, "t1")
+    got = attempts(state_dir, "t1")
+    assert {k: got[k] for k in expected} == expected, why
+    if spec == Failpoint.MID_SUPERSTEP:
+        assert min(got["send_email"], got["write_file"]) == 1, got
+    # the ticket service saw at most the creates the attempts account for
+    assert services.stats("tickets")["tickets"] == 1
+
+
+def test_crash_left_in_flight_row_for_write_file(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """Seed 000: after the kill the ledger holds IN_FLIGHT, attempt 1; recovery answers the call once."""
+    spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file"
+    assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
+    with SqliteLedger(state_dir.ledger) as ledger:
+        (op,) = ledger.list(thread_id="t1", tool="write_file")
+        assert (op.state, op.attempt) == (OpState.IN_FLIGHT, 1)
+        call_id = op.tool_call_id
+    assert run_worker(state_dir, "t1").returncode == 0
+    assert_incident_done_once(state_dir, "t1")
+    with SqliteLedger(state_dir.ledger) as ledger:
+        events = [(e.src, e.dst) for e in ledger.events(operation_id=op.operation_id)]
+    assert (OpState.IN_FLIGHT, OpState.UNKNOWN) in events
+    from effectgate._app import open_agent
+
+    with open_agent(state_dir, endpoints=services.endpoints) as agent:
+        answers = [m for m in agent.messages("t1") if getattr(m, "tool_call_id", None) == call_id]
+    assert len(answers) == 1
+
+
+def test_sigkill_at_random_moments(tmp_path, monkeypatch) -> None:
+    """SIGKILL at random times while services are slow; resuming until done never duplicates."""
+    rng = random.Random(1234)
+    for trial in range(4):
+        sd = StateDir.open(tmp_path / f"s{trial}")
+        with DemoServices(sd.services) as svc:
+            svc.set_error_rate("orders", 0.12)
+            svc.set_fault("tickets", "slow", delay_s=0.3, times=1000)
+            svc.set_fault("mail", "slow", delay_s=0.3, times=1000)
+            kills = 0
+            for _ in range(12):
+                proc = subprocess.Popen(
+                    worker_cmd(sd, "t"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+                try:
+                    proc.wait(timeout=rng.uniform(0.3, 2.5))
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+                    kills += 1
+                    continue
+                out = proc.stdout.read() if proc.stdout else ""
+                if proc.returncode == 0:
+                    break
+                assert proc.returncode == 75, out  # busy only if a killed holder's lease lingers
+                time.sleep(0.5)
+            else:
+                pytest.fail(f"trial {trial}: not done after 12 runs")
+            assert_incident_done_once(sd, "t")
+            assert kills >= 0
+
+
+def test_two_processes_resume_one_thread(services: DemoServices, state_dir: StateDir) -> None:
+    """Two workers on one thread: one runs, the other is refused as busy; one ticket."""
+    services.set_fault("tickets", "slow", delay_s=1.5, times=1)
+    procs = [
+        subprocess.Popen(worker_cmd(state_dir, "t1"), stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    codes = sorted(p.wait(timeout=60) for p in procs)
+    assert codes in ([0, 75], [0, 0]), codes
+    for p in procs:
+        if p.returncode == 75:
+            assert json.loads(p.stdout.read().splitlines()[-1])["status"] == "busy"
+    if codes == [0, 75]:
+        assert_incident_done_once(state_dir, "t1")
+    assert world(state_dir).tickets == 1
