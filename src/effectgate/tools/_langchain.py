@@ -69,10 +69,11 @@ def _strict_schema(tool: BaseTool) -> type[BaseModel]:
             f"tool {tool.name!r}: its args schema must be a pydantic v2 model "
             f"(JSON-schema dicts and pydantic.v1 models are not supported)"
         )
-    if set(tool.args) != set(base.model_fields):
+    full = tool.get_input_schema()
+    hidden = sorted(set(getattr(full, "model_fields", {})) - set(base.model_fields))
+    if hidden:
         # Injected arguments (InjectedToolArg, InjectedState...) are filled by
         # LangGraph's ToolNode, which does not run effect tools here.
-        hidden = sorted(set(tool.args) - set(base.model_fields))
         raise ValueError(f"tool {tool.name!r}: injected arguments {hidden} are not supported")
     namespace = {
         "model_config": {**base.model_config, "extra": "forbid"},
