@@ -85,7 +85,7 @@ def test_kill_at_seam_then_resume(
 def test_crash_left_in_flight_row_for_write_file(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 000: after the kill the ledger holds IN_FLIGHT, attempt 1; recovery answers the call once."""
+    """Seed 000: the kill leaves IN_FLIGHT, attempt 1; recovery answers the call once."""
     spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file"
     assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
     with SqliteLedger(state_dir.ledger) as ledger:

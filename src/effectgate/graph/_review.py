@@ -53,6 +53,8 @@ class Prepared:
     """Approved by policy without asking."""
     duplicate_in_message: str | None = None
     """Another call of the same message maps to the same operation."""
+    settled: bool = False
+    """The operation already ended with these arguments; dispatch only reads it back."""
 
 
 def _possible_duplicate(
@@ -95,16 +97,23 @@ def _prepare_one(
         conflict=conflict,
     )
     allowed: list[Any] = ["edit", "reject"] if conflict else ["approve", "edit", "reject"]
+    # A call whose operation already ended with these very arguments cannot
+    # act again (dispatch returns the stored outcome), so nobody is asked.
+    settled = existing is not None and conflict is None and existing.is_terminal
     auto = (
-        not spec.needs_review
-        and spec.kind is not EffectKind.UNSAFE
-        and dup is None
-        and conflict is None
-    ) or (
-        spec.name in policy.auto_approve
-        and spec.kind is not EffectKind.UNSAFE
-        and dup is None
-        and conflict is None
+        settled
+        or (
+            not spec.needs_review
+            and spec.kind is not EffectKind.UNSAFE
+            and dup is None
+            and conflict is None
+        )
+        or (
+            spec.name in policy.auto_approve
+            and spec.kind is not EffectKind.UNSAFE
+            and dup is None
+            and conflict is None
+        )
     )
     return Prepared(
         call=call,
@@ -113,6 +122,7 @@ def _prepare_one(
         request=request,
         config=ReviewConfig(action_name=spec.name, allowed_decisions=allowed),
         auto=auto,
+        settled=settled,
     )
 
 
@@ -334,55 +344,53 @@ def _record_and_route(
     opens: list[OpenRequest] = []
     approvals: list[Approval] = []
     messages: list[ToolMessage] = []
-    sends: list[Send] = []
-    runnable = [
-        p for p in prepared if p.duplicate_in_message is None and by_id[p.call.id].kind != "reject"
-    ]
+    tasks: list[tuple[Prepared, _Decided]] = []
     for p in prepared:
-        if p.duplicate_in_message is not None:
+        d = by_id.get(p.call.id)
+        if p.duplicate_in_message is not None or d is None:
             messages.append(
                 error_message(
                     p.call,
                     (
-                        f"not executed: this call maps to the same operation as call "
+                        "not executed: this call maps to the same operation as call "
                         f"{p.duplicate_in_message} in the same message"
                     ),
                 )
             )
             continue
-        d = by_id[p.call.id]
         if d.kind == "reject" and p.request["conflict"]:
             # The operation id belongs to other arguments: record nothing on it.
             messages.append(
                 rejection_message(tool_call_id=p.call.id, tool=p.spec.name, message=d.message)
             )
             continue
-        opens.append(
-            OpenRequest(
-                operation_id=d.operation_id,
-                thread_id=thread_id,
-                tool_call_id=p.call.id,
-                tool=p.spec.name,
-                tool_version=p.spec.version,
-                args=p.spec.args_dict(d.args),
-                intent_hash=d.intent_hash,
-                budget=policy.budget,
+        if not p.settled:  # a settled operation has nothing left to approve
+            opens.append(
+                OpenRequest(
+                    operation_id=d.operation_id,
+                    thread_id=thread_id,
+                    tool_call_id=p.call.id,
+                    tool=p.spec.name,
+                    tool_version=p.spec.version,
+                    args=p.spec.args_dict(d.args),
+                    intent_hash=d.intent_hash,
+                    budget=policy.budget,
+                )
             )
-        )
-        approvals.append(
-            Approval(
-                operation_id=d.operation_id,
-                thread_id=thread_id,
-                tool_call_id=p.call.id,
-                decision=d.kind,
-                intent_hash=d.intent_hash,
-                reviewer=reviewer if not p.auto else "policy:auto",
-                edited_args=p.spec.args_dict(d.args) if d.kind == "edit" else None,
-                message=d.message,
-                decided_at=now,
-                expires_at=expires,
+            approvals.append(
+                Approval(
+                    operation_id=d.operation_id,
+                    thread_id=thread_id,
+                    tool_call_id=p.call.id,
+                    decision=d.kind,
+                    intent_hash=d.intent_hash,
+                    reviewer="policy:auto" if p.auto else reviewer,
+                    edited_args=p.spec.args_dict(d.args) if d.kind == "edit" else None,
+                    message=d.message,
+                    decided_at=now,
+                    expires_at=expires,
+                )
             )
-        )
         if d.kind == "reject":
             messages.append(
                 rejection_message(
@@ -393,23 +401,25 @@ def _record_and_route(
                 )
             )
         else:
-            sends.append(
-                Send(
-                    effect_node_name(p.spec.name),
-                    EffectTask(
-                        thread_id=thread_id,
-                        tool_call_id=p.call.id,
-                        tool=p.spec.name,
-                        args=p.spec.args_dict(d.args),
-                        operation_id=d.operation_id,
-                        intent_hash=d.intent_hash,
-                        edited=d.kind == "edit",
-                        batch_size=len(runnable),
-                    ),
-                )
-            )
+            tasks.append((p, d))
     if opens:
         ledger.record_review(opens, approvals)
     _failpoints.hit(Failpoint.AFTER_REVIEW_RECORDED)
+    sends = [
+        Send(
+            effect_node_name(p.spec.name),
+            EffectTask(
+                thread_id=thread_id,
+                tool_call_id=p.call.id,
+                tool=p.spec.name,
+                args=p.spec.args_dict(d.args),
+                operation_id=d.operation_id,
+                intent_hash=d.intent_hash,
+                edited=d.kind == "edit",
+                batch_size=len(tasks),
+            ),
+        )
+        for p, d in tasks
+    ]
     update = {"messages": messages} if messages else None
     return Command(goto=sends or "agent", update=update)
