@@ -379,7 +379,12 @@ class SqliteLedgerStore:
     def _prepare(self, conn: sqlite3.Connection, *, migrate: bool) -> None:
         # Look before touching: switching to WAL or migrating writes to the
         # file, and a foreign or future file must be left exactly as it was.
-        version = self._inspect(conn)
+        conn.execute("BEGIN")  # one snapshot: another process may be migrating right now
+        try:
+            version = self._inspect(conn)
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
         self._check_version(version, migrate=migrate)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
@@ -438,7 +443,8 @@ class SqliteLedgerStore:
             try:
                 yield _Reader(conn)
             finally:
-                conn.execute("ROLLBACK")  # read-only: nothing to keep
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")  # read-only: nothing to keep
 
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[StoreTransaction]:
