@@ -366,7 +366,12 @@ class Agent:
                 if self.on_event is not None:
                     self.on_event(chunk)
         except GraphDrained as exc:
-            error = f"stopped at a step boundary: {exc.reason if hasattr(exc, 'reason') else exc}"
+            error = f"stopped at a step boundary: {getattr(exc, 'reason', exc)}"
+        except Exception as exc:  # noqa: BLE001
+            # A node failed (model 5xx after its retries, a corrupt ledger row,
+            # a bug). LangGraph has checkpointed the failed step, so the thread
+            # stays resumable; report it instead of losing the thread's state.
+            error = f"{type(exc).__name__}: {exc}"
         finally:
             self._control = None
         result = self.status(thread_id)

@@ -251,7 +251,7 @@ def _ask_review(
         operation_id=op.operation_id,
         intent_hash=call.intent_hash,
         effect_kind=spec.kind.value,
-        preview=spec.render_preview(args),
+        preview=spec.render_preview(args, operation_id=op.operation_id),
         approval_ttl_s=policy.approval_ttl_s,
         possible_duplicate_of=None,
         conflict=None,

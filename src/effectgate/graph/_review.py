@@ -91,7 +91,7 @@ def _prepare_one(
         operation_id=op_id,
         intent_hash=ihash,
         effect_kind=spec.kind.value,
-        preview=spec.render_preview(args),
+        preview=spec.render_preview(args, operation_id=op_id),
         approval_ttl_s=ttl,
         possible_duplicate_of=dup,
         conflict=conflict,
