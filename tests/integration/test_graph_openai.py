@@ -19,12 +19,17 @@ from effectgate.testing.oracle import checkpoint_problems, world
 
 
 def _agent(sd: StateDir, svc: DemoServices, server: FakeOpenAIServer, *, retries: int) -> Any:
-    model = make_model("openai:test-model", base_url=server.base_url, api_key="test",
-                       max_retries=retries)
+    model = make_model(
+        "openai:test-model", base_url=server.base_url, api_key="test", max_retries=retries
+    )
     ledger = SqliteLedger(sd.ledger)
     conn = sqlite3.connect(sd.checkpoints, check_same_thread=False)
-    agent = Agent(model, default_tools(sd.workspace, svc.endpoints), ledger=ledger,
-                  checkpointer=SqliteSaver(conn))
+    agent = Agent(
+        model,
+        default_tools(sd.workspace, svc.endpoints),
+        ledger=ledger,
+        checkpointer=SqliteSaver(conn),
+    )
     return agent, conn, ledger
 
 
@@ -32,8 +37,15 @@ def test_openai_model_drives_review_and_effect(services: DemoServices, state_dir
     """Tool calls parsed from real HTTP go through review and the ledger; the history the
     server receives on the second call pairs every tool call with its answer."""
     replies = [
-        chat_reply(tool_calls=[{"name": "write_file", "id": "call_w1",
-                                "arguments": {"path": "a.txt", "content": "hello"}}]),
+        chat_reply(
+            tool_calls=[
+                {
+                    "name": "write_file",
+                    "id": "call_w1",
+                    "arguments": {"path": "a.txt", "content": "hello"},
+                }
+            ]
+        ),
         chat_reply("written"),
     ]
     with FakeOpenAIServer(replies) as server:
@@ -59,8 +71,15 @@ def test_openai_model_drives_review_and_effect(services: DemoServices, state_dir
 def test_model_error_leaves_thread_resumable(services: DemoServices, state_dir: StateDir) -> None:
     """A 500 with retries off stops the run; the thread resumes and finishes with no lost call."""
     replies = [
-        chat_reply(tool_calls=[{"name": "write_file", "id": "call_w1",
-                                "arguments": {"path": "a.txt", "content": "x"}}]),
+        chat_reply(
+            tool_calls=[
+                {
+                    "name": "write_file",
+                    "id": "call_w1",
+                    "arguments": {"path": "a.txt", "content": "x"},
+                }
+            ]
+        ),
         error_reply(500),
         chat_reply("done"),
     ]
@@ -87,10 +106,12 @@ def test_tool_call_without_id_and_bad_json_are_answered(
 ) -> None:
     """A response with an id-less call and unparsable arguments yields a valid history."""
     replies = [
-        chat_reply(tool_calls=[
-            {"name": "write_file", "id": None, "arguments": {"path": "b.txt", "content": "y"}},
-            {"name": "write_file", "id": "call_bad", "arguments": "{oops"},
-        ]),
+        chat_reply(
+            tool_calls=[
+                {"name": "write_file", "id": None, "arguments": {"path": "b.txt", "content": "y"}},
+                {"name": "write_file", "id": "call_bad", "arguments": "{oops"},
+            ]
+        ),
         chat_reply("ok"),
     ]
     with FakeOpenAIServer(replies) as server:
@@ -101,8 +122,11 @@ def test_tool_call_without_id_and_bad_json_are_answered(
             result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
             assert result.status is RunStatus.DONE
             msgs = agent.messages("t1")
-            ai = next(m for m in msgs if isinstance(m, AIMessage) and (m.tool_calls or
-                                                                        m.invalid_tool_calls))
+            ai = next(
+                m
+                for m in msgs
+                if isinstance(m, AIMessage) and (m.tool_calls or m.invalid_tool_calls)
+            )
             answered = {m.tool_call_id for m in msgs if isinstance(m, ToolMessage)}
             ids = {c["id"] for c in ai.tool_calls} | {c["id"] for c in ai.invalid_tool_calls}
             assert answered == ids and len(ids) == 2
