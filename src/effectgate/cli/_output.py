@@ -50,7 +50,7 @@ class Output:
 
     def progress(self, text: str) -> None:
         """Print one progress line on stderr."""
-        self.err.print(f"[dim]{escape(text)}[/]")
+        self.err.print(f"[dim]{escape(text)}[/]", soft_wrap=True)
 
     def emit_json(self, value: Any) -> None:
         """Print the command's single JSON object on stdout."""

@@ -34,13 +34,12 @@ from effectgate.cli._session import (
     Progress,
     StopFlag,
     arm_failpoint,
-    break_dead_lease,
     check_failpoint,
     drive,
     external_counts,
     stop_on_signals,
 )
-from effectgate.errors import ConfigError, ThreadBusyError
+from effectgate.errors import ConfigError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -155,15 +154,6 @@ def thread_record(sd: StateDir, thread_id: str) -> Mapping[str, Any]:
     return dict(record.metadata)
 
 
-def _begin_guarded(agent: Agent, plan: _Plan, output: Output) -> RunResult:
-    try:
-        return plan.begin(agent)
-    except ThreadBusyError as exc:
-        if not break_dead_lease(agent.ledger, exc, output.note):
-            raise
-    return plan.begin(agent)
-
-
 def _execute(
     sd: StateDir, flags: RunFlags, plan: _Plan, source: DecisionSource, output: Output
 ) -> int:
@@ -191,7 +181,7 @@ def _execute(
         arm_failpoint(crash)
         flag = StopFlag()
         with stop_on_signals(agent, flag, output.note):
-            result = _begin_guarded(agent, plan, output)
+            result = plan.begin(agent)
         result = drive(agent, result, source, flag=flag, say=output.note)
     return report(result, sd, output)
 

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from effectgate._failpoints import ENV_VAR, Failpoint
 from effectgate.cli._decisions import DecisionSource
-from effectgate.errors import ConfigError, ThreadBusyError
+from effectgate.errors import ConfigError
 
 if TYPE_CHECKING:
     from effectgate.graph import Agent, PendingInterrupt, RunResult
@@ -33,7 +32,6 @@ __all__ = [
     "Progress",
     "StopFlag",
     "arm_failpoint",
-    "break_dead_lease",
     "check_failpoint",
     "drive",
     "external_counts",
@@ -148,38 +146,6 @@ def stop_on_signals(agent: Agent, flag: StopFlag, say: Say) -> Iterator[None]:
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
-
-
-def break_dead_lease(ledger: Ledger, exc: ThreadBusyError, say: Say) -> bool:
-    """Release a thread lease whose owner is a dead process on this host.
-
-    A process killed at a failpoint (or by ``kill -9``) leaves its lease
-    until it expires. Owner ids are ``host:pid:random``; when the host is this
-    one and no process has that pid, nobody can be running the thread, so
-    the lease is taken as that owner and released at once. A reused pid only
-    makes this refuse (the safe direction).
-
-    Returns:
-        Whether the lease was released (retry the command's run once).
-    """
-    host, _, rest = exc.owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit() or _alive(int(pid_text)):
-        return False
-    lease = ledger.acquire_lease(exc.thread_id, exc.owner, 1.0)
-    ledger.release_lease(lease)
-    say(f"thread {exc.thread_id}: released the lease of dead process {pid_text}")
-    return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(slots=True)

@@ -1,0 +1,170 @@
+"""Bad input ends with a clear message, the right exit code, and nothing written."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from effectgate.ledger import SqliteLedger
+from tests.cli.conftest import Ran, eg, world
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _ledger_facts(state: Path) -> tuple[list[tuple[str, str, int]], int]:
+    ledger = SqliteLedger(state / "ledger.sqlite3")
+    try:
+        ops = [(op.operation_id, op.state.value, op.attempt) for op in ledger.list()]
+        return ops, len(ledger.events())
+    finally:
+        ledger.close()
+
+
+def _checkpoints(state: Path) -> int:
+    with sqlite3.connect(state / "checkpoints.sqlite3") as conn:
+        return int(conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0])
+
+
+def test_unknown_thread_is_bad_input(finished_demo: tuple[Path, Ran]) -> None:
+    """``resume --thread nope`` exits 2 naming the thread; the JSON error says so too."""
+    state, _ = finished_demo
+    ran = eg("resume", "--state-dir", str(state), "--thread", "nope", "--json")
+    assert ran.code == 2
+    assert "unknown thread 'nope'" in ran.stderr
+    assert ran.json["exit_code"] == 2
+    assert ran.json["error_type"] == "ConfigError"
+
+
+def test_resume_of_finished_thread_says_done_and_writes_nothing(
+    finished_demo: tuple[Path, Ran],
+) -> None:
+    """Resuming a done thread exits 0, prints the summary, changes no row, mail or file."""
+    state, _ = finished_demo
+    before = (_ledger_facts(state), _checkpoints(state), world(state))
+    ran = eg("resume", "--state-dir", str(state), "--thread", "demo-1")
+    assert ran.code == 0, ran.stderr
+    assert "already done" in ran.stderr
+    assert "done (exit code 0)" in ran.stdout
+    assert "TICKET-1" in ran.stdout
+    assert (_ledger_facts(state), _checkpoints(state), world(state)) == before
+
+
+def test_malformed_decisions_file_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Invalid JSON or a wrong shape: exit 2 and the state directory is not even created."""
+    state = tmp_path / "state"
+    cases = {
+        "broken.json": "{not json",
+        "shape.json": json.dumps({"decisions": [{"type": "maybe"}]}),
+        "keys.json": json.dumps({"decision": []}),
+        "verdict.json": json.dumps({"verdicts": {"op": {"verdict": "succeeded"}}}),
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        ran = eg("demo", "--state-dir", str(state), "--decisions", str(path))
+        assert ran.code == 2, (name, ran.stderr)
+        assert "DecisionError" in ran.stderr and name in ran.stderr
+    assert not state.exists()
+
+
+def test_decisions_not_fitting_the_review_dispatch_nothing(tmp_path: Path) -> None:
+    """Two decisions for one pending call: exit 2, no IN_FLIGHT/SUCCEEDED row, no ticket.
+
+    The thread stays resumable: a later ``resume --approve all`` finishes it.
+    """
+    state = tmp_path / "state"
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps({"decisions": [{"type": "approve"}, {"type": "approve"}]}))
+    ran = eg("demo", "--state-dir", str(state), "--thread", "t", "--decisions", str(path), "--json")
+    assert ran.code == 2, ran.stderr
+    assert "2 decision(s) for 1 pending call(s)" in ran.stderr
+    assert ran.json["error_type"] == "DecisionError"
+    ops, _ = _ledger_facts(state)
+    assert [op for op in ops if op[1] in ("IN_FLIGHT", "SUCCEEDED")] == []
+    assert world(state)["tickets"] == []
+    again = eg("resume", "--state-dir", str(state), "--thread", "t", "--approve", "all", "--json")
+    assert again.code == 0, again.stderr
+    assert len(world(state)["tickets"]) == 1
+
+
+def test_state_dir_that_is_not_ours_is_left_untouched(tmp_path: Path) -> None:
+    """A non-empty directory without our marker: exit 2, not a byte added or changed."""
+    other = tmp_path / "project"
+    other.mkdir()
+    (other / "precious.txt").write_bytes(b"keep me\n")
+    (other / "sub").mkdir()
+    (other / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    before = _snapshot(other)
+    for args in (
+        ["demo", "--approve", "all"],
+        ["run", "hi", "--model", "scripted:incident"],
+        ["resume", "--thread", "t"],
+        ["ledger", "list"],
+        ["threads"],
+    ):
+        ran = eg(*args, "--state-dir", str(other))
+        assert ran.code == 2, (args, ran.stderr)
+        assert "not an effectgate state directory" in ran.stderr
+    assert _snapshot(other) == before
+    assert sorted(p.name for p in other.rglob("*")) == ["data.bin", "precious.txt", "sub"]
+
+
+def test_unknown_failpoint_is_bad_input(tmp_path: Path) -> None:
+    """``--crash-at`` must name a seam; the error lists them and nothing is created."""
+    state = tmp_path / "state"
+    ran = eg("demo", "--state-dir", str(state), "--approve", "all", "--crash-at", "NOPE")
+    assert ran.code == 2
+    assert "unknown failpoint 'NOPE'" in ran.stderr
+    assert "AFTER_IN_FLIGHT_COMMIT" in ran.stderr
+    assert not state.exists()
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    """Unknown options, bad --approve values and exclusive flags are usage errors (2)."""
+    state = str(tmp_path / "state")
+    decisions = tmp_path / "d.json"
+    decisions.write_text(json.dumps({"decisions": [{"type": "approve"}]}))
+    assert eg("demo", "--state-dir", state, "--bogus").code == 2
+    assert eg("demo", "--state-dir", state, "--approve", "some").code == 2
+    both = eg("demo", "--state-dir", state, "--approve", "all", "--decisions", str(decisions))
+    assert both.code == 2
+    assert "exclude each other" in both.stderr
+    assert eg("run", "task", "--model", "nonsense", "--state-dir", state).code == 2
+    assert not Path(state).exists()
+
+
+def test_failpoints_lists_every_seam_one_per_line() -> None:
+    """``effectgate failpoints`` prints each Failpoint name on its own line."""
+    ran = eg("failpoints")
+    assert ran.code == 0
+    assert ran.stdout.splitlines() == [
+        "AFTER_REVIEW_RECORDED",
+        "AFTER_IN_FLIGHT_COMMIT",
+        "AFTER_EXTERNAL_COMMIT",
+        "AFTER_LEDGER_RESULT",
+        "MID_SUPERSTEP",
+    ]
+
+
+def test_help_documents_exit_codes() -> None:
+    """``--help`` lists the exit codes."""
+    ran = eg("--help")
+    assert ran.code == 0
+    flat = " ".join(ran.stdout.split())
+    for text in (
+        "0 done",
+        "2 bad input",
+        "3 waiting for reconciliation",
+        "4 waiting for review",
+        "5 incomplete",
+        "75 thread busy",
+        "137 killed",
+    ):
+        assert text in flat

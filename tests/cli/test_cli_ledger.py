@@ -1,0 +1,185 @@
+"""``ledger``, ``threads``, ``pending`` and ``reconcile``, and a second runner on a busy thread."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from effectgate.ledger import OpState, SqliteLedger
+from tests.cli.conftest import CLI, Ran, cli_env, eg, world, write_script
+
+
+def test_ledger_commands_read_the_finished_demo(finished_demo: tuple[Path, Ran]) -> None:
+    """list / show / stats / events / threads agree with the demo's receipts."""
+    state, demo = finished_demo
+    sd = ["--state-dir", str(state)]
+    listed = eg("ledger", "list", *sd, "--json").json["operations"]
+    assert [(o["id"], o["state"]) for o in listed] == [
+        (o["id"], o["state"]) for o in demo.json["operations"]
+    ]
+    assert [
+        o["id"]
+        for o in eg("ledger", "list", *sd, "--tool", "write_file", "--json").json["operations"]
+    ] == [o["id"] for o in listed if o["tool"] == "write_file"]
+    shown = eg("ledger", "show", "ticket:orders-error-rate", *sd, "--json").json
+    assert shown["operation"]["reference"] == "TICKET-1"
+    assert [(e["src"], e["dst"]) for e in shown["events"]] == [
+        (None, "PROPOSED"),
+        ("PROPOSED", "APPROVED"),
+        ("APPROVED", "IN_FLIGHT"),
+        ("IN_FLIGHT", "SUCCEEDED"),
+    ]
+    assert shown["approvals"][0]["reviewer"] == "ci"
+    stats = eg("ledger", "stats", *sd, "--json").json["stats"]
+    assert stats["by_state"]["SUCCEEDED"] == 3
+    assert stats["first_attempt_success_rate"] == 1.0
+    events = eg("ledger", "events", *sd, "--thread", "demo-1", "--json").json["events"]
+    assert sum(e["dst"] == "SUCCEEDED" for e in events) == 3
+    threads = eg("threads", *sd, "--json").json["threads"]
+    assert [(t["thread_id"], t["status"], t["metadata"]["kind"]) for t in threads] == [
+        ("demo-1", "done", "demo")
+    ]
+    human = eg("ledger", "list", *sd)
+    assert "ticket:orders-error-rate" in human.stdout and "TICKET-1" in human.stdout
+    missing = eg("ledger", "show", "nope", *sd)
+    assert missing.code == 2 and "unknown operation 'nope'" in missing.stderr
+
+
+def test_unknown_outcome_of_unsafe_call_waits_for_reconcile(tmp_path: Path) -> None:
+    """Killed after IN_FLIGHT, an unsafe call parks (exit 3) until ``reconcile`` settles it.
+
+    ``--approve all`` approves the unsafe call and says so; the human verdict is
+    recorded with its evidence; a later ``resume`` finishes without running it.
+    """
+    state = tmp_path / "state"
+    script = write_script(
+        tmp_path / "shell.json", [{"name": "run_shell", "args": {"command": "echo ran >> ran.txt"}}]
+    )
+    sd = ["--state-dir", str(state)]
+    crashed = eg(
+        "run",
+        "append a line",
+        "--model",
+        f"scripted:{script}",
+        *sd,
+        "--thread",
+        "s",
+        "--approve",
+        "all",
+        "--crash-at",
+        "AFTER_IN_FLIGHT_COMMIT",
+    )
+    assert crashed.code == 137, crashed.stderr
+    assert "approving UNSAFE call run_shell" in crashed.stderr
+    parked = eg("resume", *sd, "--thread", "s", "--approve", "all", "--json")
+    assert parked.code == 3, parked.stderr
+    assert parked.json["status"] == "waiting_reconciliation"
+    [op] = parked.json["operations"]
+    assert op["state"] == "NEEDS_RECONCILIATION"
+    [interrupt] = parked.json["interrupts"]
+    assert interrupt["kind"] == "reconciliation"
+    assert interrupt["value"]["operation_id"] == op["id"]
+    pending = eg("pending", *sd, "--json").json
+    assert [o["id"] for o in pending["operations"]] == [op["id"]]
+
+    wrong = eg("reconcile", op["id"], *sd)
+    assert wrong.code == 2 and "exactly one of" in wrong.stderr
+    settled = eg(
+        "reconcile",
+        op["id"],
+        "--failed",
+        "--evidence",
+        "ran.txt is absent",
+        "--reviewer",
+        "erin",
+        *sd,
+        "--json",
+    )
+    assert settled.code == 0, settled.stderr
+    assert settled.json["operation"]["state"] == "FAILED"
+    assert eg("reconcile", op["id"], "--failed", *sd).code == 0  # idempotent
+    assert eg("reconcile", op["id"], "--succeeded", "X", *sd).code == 2
+    ledger = SqliteLedger(state / "ledger.sqlite3")
+    try:
+        last = ledger.events(operation_id=op["id"])[-1]
+        assert (last.src, last.dst) == (OpState.NEEDS_RECONCILIATION, OpState.FAILED)
+        assert last.detail["reviewer"] == "erin"
+        assert last.detail["evidence"] == "ran.txt is absent"
+    finally:
+        ledger.close()
+
+    done = eg("resume", *sd, "--thread", "s", "--json")
+    assert done.code == 0, done.stderr
+    assert [o["state"] for o in done.json["operations"]] == ["FAILED"]
+    assert world(state)["files"] == {}  # the command never ran
+
+
+def test_second_resume_while_one_runs_is_busy(tmp_path: Path) -> None:
+    """While one process runs a thread, ``resume`` of it exits 75 and runs nothing."""
+    state = tmp_path / "state"
+    script = write_script(
+        tmp_path / "slow.json",
+        [
+            # Holds the thread until the test has seen the second runner refused.
+            {
+                "name": "run_shell",
+                "args": {
+                    "command": (
+                        "for i in $(seq 600); do [ -f go ] && break; sleep 0.05; done; "
+                        "echo once >> slept.txt"
+                    )
+                },
+            }
+        ],
+    )
+    first = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "sleep",
+            "--model",
+            f"scripted:{script}",
+            "--state-dir",
+            str(state),
+            "--thread",
+            "b",
+            "--approve",
+            "all",
+            "--json",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _in_flight(state / "ledger.sqlite3"):
+            assert time.monotonic() < deadline, "the shell call never started"
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        busy = eg(
+            "resume", "--state-dir", str(state), "--thread", "b", "--approve", "all", "--json"
+        )
+        assert busy.code == 75, busy.stderr
+        assert busy.json["error_type"] == "ThreadBusyError"
+        assert "is busy" in busy.stderr
+        (state / "workspace" / "go").touch()
+        _, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert (state / "workspace" / "slept.txt").read_bytes() == b"once\n"
+
+
+def _in_flight(path: Path) -> bool:
+    if not path.exists():
+        return False
+    ledger = SqliteLedger(path)
+    try:
+        return bool(ledger.list(states=[OpState.IN_FLIGHT]))
+    finally:
+        ledger.close()

@@ -1,0 +1,170 @@
+"""The CLI's pure parts, in-process: exit-code table, failpoint flag, decision sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from effectgate._failpoints import Failpoint
+from effectgate.cli._decisions import BlanketDecisions, FileDecisions, load_decisions_file
+from effectgate.cli._exit import ExitCode, code_for_error, code_for_status
+from effectgate.cli._session import check_failpoint
+from effectgate.errors import (
+    ConfigError,
+    DecisionError,
+    LedgerBusyError,
+    LedgerCorruptError,
+    ThreadBusyError,
+    ToolCallError,
+)
+from effectgate.graph import RunStatus
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (ThreadBusyError(thread_id="t", owner="h:1:x", expires_in_s=3.0), 75),
+        (LedgerBusyError("locked"), 75),
+        (ConfigError("bad"), 2),
+        (DecisionError("bad"), 2),
+        (LedgerCorruptError("bad row"), 1),
+        (ToolCallError("no such tool", tool="x"), 1),
+        (RuntimeError("boom"), 1),
+    ],
+)
+def test_errors_map_to_documented_codes(exc: BaseException, code: int) -> None:
+    """Each exception class ends the process with its documented code."""
+    assert code_for_error(exc) == code
+
+
+def test_every_run_status_has_an_exit_code() -> None:
+    """No RunStatus falls through to the generic error code."""
+    assert {s.value: int(code_for_status(s)) for s in RunStatus} == {
+        "done": 0,
+        "waiting_review": 4,
+        "waiting_reconciliation": 3,
+        "incomplete": 5,
+        "not_started": 5,
+    }
+    assert ExitCode.KILLED == 137
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("mid_superstep", "MID_SUPERSTEP"),
+        ("AFTER_IN_FLIGHT_COMMIT@create_ticket", "AFTER_IN_FLIGHT_COMMIT@create_ticket"),
+        ("after_ledger_result#2", "AFTER_LEDGER_RESULT#2"),
+        (None, None),
+    ],
+)
+def test_crash_at_accepts_every_spec_form(spec: str | None, expected: str | None) -> None:
+    """NAME, NAME@tool and NAME#n are accepted, the name case-insensitively."""
+    assert check_failpoint(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["NOPE", "MID_SUPERSTEP#0", "MID_SUPERSTEP#x", ""])
+def test_crash_at_refuses_unknown_seams(spec: str) -> None:
+    """Anything else is a ConfigError listing the seams."""
+    with pytest.raises(ConfigError, match=Failpoint.MID_SUPERSTEP.value):
+        check_failpoint(spec)
+
+
+def _request(*kinds: str, allowed: list[str] | None = None) -> dict[str, Any]:
+    actions = [
+        {
+            "name": f"tool{i}",
+            "operation_id": f"op{i}",
+            "tool_call_id": f"c{i}",
+            "effect_kind": kind,
+            "possible_duplicate_of": None,
+            "args": {"n": i},
+        }
+        for i, kind in enumerate(kinds)
+    ]
+    configs = [
+        {"action_name": a["name"], "allowed_decisions": allowed or ["approve", "edit", "reject"]}
+        for a in actions
+    ]
+    return {"type": "review", "action_requests": actions, "review_configs": configs}
+
+
+def test_approve_all_approves_unsafe_calls_and_says_so() -> None:
+    """``--approve all`` answers every call, naming the unsafe one in a note."""
+    notes: list[str] = []
+    source = BlanketDecisions(approve=True, reviewer="r", say=notes.append)
+    answer = source.review(_request("keyed", "unsafe"))
+    assert answer == {
+        "reviewer": "r",
+        "decisions": [
+            {"type": "approve", "tool_call_id": "c0"},
+            {"type": "approve", "tool_call_id": "c1"},
+        ],
+    }
+    assert len(notes) == 1 and "UNSAFE" in notes[0] and "op1" in notes[0]
+    assert source.verdict({"operation_id": "op1"}) is None
+
+
+def test_blanket_answer_not_allowed_is_left_for_a_human() -> None:
+    """A conflicting call cannot be approved: the whole request stays pending."""
+    notes: list[str] = []
+    source = BlanketDecisions(approve=True, reviewer="r", say=notes.append)
+    assert source.review(_request("keyed", allowed=["edit", "reject"])) is None
+    assert "left for review" in notes[0]
+    rejecting = BlanketDecisions(approve=False, reviewer="r", say=notes.append)
+    answer = rejecting.review(_request("keyed"))
+    assert answer is not None and answer["decisions"][0]["type"] == "reject"
+
+
+def test_decisions_file_answers_reviews_in_order_and_verdicts_by_id(tmp_path: Path) -> None:
+    """A list answers successive reviews; an edit without a name gets the call's name."""
+    path = tmp_path / "d.json"
+    path.write_text(
+        json.dumps(
+            [
+                {"decisions": [{"type": "edit", "edited_action": {"args": {"n": 9}}}]},
+                {"decisions": [{"type": "approve"}], "reviewer": "kim"},
+                {"verdicts": {"op7": {"verdict": "succeeded", "reference": "TICKET-7"}}},
+            ]
+        )
+    )
+    source = FileDecisions(load_decisions_file(path), reviewer="cli")
+    first = source.review(_request("keyed"))
+    assert first == {
+        "reviewer": "cli",
+        "decisions": [{"type": "edit", "edited_action": {"name": "tool0", "args": {"n": 9}}}],
+    }
+    assert source.review(_request("keyed")) == {
+        "reviewer": "kim",
+        "decisions": [{"type": "approve"}],
+    }
+    assert source.review(_request("keyed")) is None
+    assert source.verdict({"operation_id": "op7"}) == {
+        "reviewer": "cli",
+        "verdict": "succeeded",
+        "reference": "TICKET-7",
+    }
+    assert source.verdict({"operation_id": "other"}) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        "3",
+        '{"decisions": []}',
+        '{"decisions": [{"type": "edit"}]}',
+        '{"decisions": [{"type": "approve", "extra": 1}]}',
+        '{"verdicts": {"op": {"verdict": "retry"}}}',
+        '{"decisions": [{"type": "approve"}], "reviewer": 5}',
+    ],
+)
+def test_decisions_file_shapes_are_checked(tmp_path: Path, text: str) -> None:
+    """Every malformed shape is a DecisionError naming the file."""
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(DecisionError, match=r"bad\.json"):
+        load_decisions_file(path)
