@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -183,3 +185,53 @@ def _in_flight(path: Path) -> bool:
         return bool(ledger.list(states=[OpState.IN_FLIGHT]))
     finally:
         ledger.close()
+
+
+def test_sigterm_stops_at_a_step_boundary_and_resume_finishes(tmp_path: Path) -> None:
+    """SIGTERM mid-effect: the effect completes and is recorded, exit 5, resume finishes."""
+    state = tmp_path / "state"
+    script = write_script(
+        tmp_path / "hold.json",
+        [
+            {
+                "name": "run_shell",
+                "args": {
+                    "command": (
+                        "for i in $(seq 600); do [ -f go ] && break; sleep 0.05; done; "
+                        "echo once >> done.txt"
+                    )
+                },
+            }
+        ],
+    )
+    args = ["run", "hold", "--model", f"scripted:{script}", "--state-dir", str(state)]
+    first = subprocess.Popen(
+        [*CLI, *args, "--thread", "g", "--approve", "all", "--json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _in_flight(state / "ledger.sqlite3"):
+            assert time.monotonic() < deadline, "the shell call never started"
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        first.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        (state / "workspace" / "go").touch()
+        out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 5, err
+    assert "SIGTERM: stopping at the next step boundary" in err
+    stopped = json.loads(out)
+    assert stopped["status"] == "incomplete"
+    assert [(o["state"], o["attempt"]) for o in stopped["operations"]] == [("SUCCEEDED", 1)]
+    resumed = eg("resume", "--state-dir", str(state), "--thread", "g", "--json")
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.json["final_message"] == "Done."
+    assert (state / "workspace" / "done.txt").read_bytes() == b"once\n"

@@ -291,18 +291,38 @@ def print_summary(
     """Print what ran, the receipts, the ledger table and the external systems' counts."""
     if result.final_message:
         console.print(Panel(Text(result.final_message), title="agent", title_align="left"))
-    console.print(operations_table(result.operations, title=f"ledger: thread {result.thread_id}"))
+    if result.operations:
+        title = f"ledger: thread {result.thread_id}"
+        console.print(operations_table(result.operations, title=title))
+    else:
+        console.print("[dim]no operation of this thread is in the ledger yet[/]")
     if external is not None:
         console.print(_external_table(external))
     if result.error:
         console.print(f"[yellow]note:[/] {escape(result.error)}")
     for item in result.interrupts:
-        what = item.value.get("operation_id") or ", ".join(
-            str(a.get("name")) for a in item.value.get("action_requests", [])
-        )
-        console.print(f"[yellow]pending {item.kind}:[/] {escape(str(what))}")
+        console.print(_pending_text(item.kind, item.value))
     status = _STATUS_TEXT.get(result.status.value, result.status.value)
     console.print(f"thread [bold]{escape(result.thread_id)}[/]: {status} (exit code {exit_code})")
+
+
+def _pending_text(kind: str, value: Mapping[str, Any]) -> Text:
+    text = Text()
+    if kind == "review":
+        for action in value.get("action_requests", []):
+            text.append("waiting for review: ", style="yellow")
+            text.append(
+                f"{action.get('name')} ({action.get('effect_kind')}) "
+                f"operation {action.get('operation_id')}\n"
+            )
+    else:
+        text.append("waiting for reconciliation: ", style="bold red")
+        text.append(
+            f"{value.get('tool')} operation {value.get('operation_id')}, "
+            f"attempt {value.get('attempt')}\n"
+        )
+    text.rstrip()
+    return text
 
 
 def _external_table(external: Mapping[str, Any]) -> Table:

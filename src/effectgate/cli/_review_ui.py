@@ -154,7 +154,26 @@ class TerminalReviewer:
         self.read = read
 
     def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Ask for a decision on every call of ``request``; ``None`` if the person quits."""
+        """Ask for a decision on every call of ``request``; ``None`` if the person quits.
+
+        Ctrl-C at a prompt counts as quitting: nothing runs and the thread
+        waits for review.
+        """
+        try:
+            return self._review(request)
+        except KeyboardInterrupt:
+            self.console.print("\n[yellow]review left pending; nothing runs[/]")
+            return None
+
+    def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Ask for a reconciliation verdict; ``None`` if the person skips (or hits Ctrl-C)."""
+        try:
+            return self._verdict(request)
+        except KeyboardInterrupt:
+            self.console.print("\n[yellow]reconciliation left pending[/]")
+            return None
+
+    def _review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         actions = list(request.get("action_requests", []))
         configs = list(request.get("review_configs", []))
         self.console.rule(f"review: {len(actions)} side-effecting call(s)")
@@ -170,8 +189,7 @@ class TerminalReviewer:
             decisions.append(decision)
         return {"decisions": decisions, "reviewer": self.reviewer}
 
-    def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Ask for a reconciliation verdict; ``None`` if the person skips."""
+    def _verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         self.console.print(_reconciliation_panel(request))
         allowed = [*request.get("allowed_verdicts", ["succeeded", "failed", "retry"]), "skip"]
         choice = self._choose("verdict", allowed)
