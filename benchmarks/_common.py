@@ -474,6 +474,16 @@ def work_dir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"effectgate-bench-{name}-"))
 
 
+def template_dir() -> Path | None:
+    """Where benchmarks hand finished threads to each other (only under ``run_all.py``)."""
+    base = os.environ.get(WORK_ENV)
+    if not base:
+        return None
+    path = Path(base) / "templates"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)

@@ -1,0 +1,135 @@
+"""Storage growth per tool call over one long thread, and how step time follows it.
+
+Both systems run one thread of ``N`` approved side effects (200 by default),
+taking turns call by call. After every call the benchmark reads, for each
+system, the logical size of its SQLite files (``page_count * page_size``;
+checkpoints, plus the ledger for effectgate) and the payload bytes LangGraph
+stored (checkpoint and metadata blobs, pending writes). Growth per call is the
+difference between consecutive readings; reported are the means over the first
+and the last quarter of the thread and their ratio (target for effectgate:
+at most 1.5x, i.e. linear total size). Step times come from the same run, so
+the quarter ratios show the O(history) CPU cost as well.
+
+The finished threads, paused at the review of call ``N + 1``, are kept as
+templates for ``bench_resume`` when run from ``run_all.py``.
+
+Usage: ``python benchmarks/bench_storage.py`` (writes results/storage.json).
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+import statistics
+from pathlib import Path
+from typing import Any
+
+import _common as c
+
+SYSTEMS = ["baseline", "effectgate"]
+
+
+def payload_bytes(path: Path) -> int:
+    """Bytes of checkpoint blobs, metadata and pending writes LangGraph stored in ``path``."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=sqlite3.Connection)
+    try:
+        (ckpt,) = conn.execute(
+            "SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints"
+        ).fetchone()
+        (writes,) = conn.execute("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes").fetchone()
+        return int(ckpt) + int(writes)
+    finally:
+        conn.close()
+
+
+def _reading(system: c.System) -> dict[str, int]:
+    files = system.checkpoint_files()
+    return {
+        "checkpoints": c.db_bytes(files[0]),
+        "ledger": c.db_bytes(files[1]) if len(files) > 1 else 0,
+        "payload": payload_bytes(files[0]),
+    }
+
+
+def _quarters(values: list[float]) -> tuple[float, float]:
+    q = max(1, len(values) // 4)
+    return statistics.fmean(values[:q]), statistics.fmean(values[-q:])
+
+
+def _growth(readings: list[dict[str, int]], key: str) -> list[float]:
+    return [float(b[key] - a[key]) for a, b in itertools.pairwise(readings)]
+
+
+def summarize(readings: list[dict[str, int]], times: list[float]) -> dict[str, Any]:
+    """Per-call growth and time, first vs last quarter."""
+    total = [
+        {"total": r["checkpoints"] + r["ledger"], **r} for r in readings
+    ]  # reading 0 is before call 1
+    out: dict[str, Any] = {}
+    for key in ("total", "checkpoints", "ledger", "payload"):
+        first, last = _quarters(_growth(total, key))
+        out[f"{key}_kib_per_call"] = {
+            "first_quarter": round(first / 1024, 2),
+            "last_quarter": round(last / 1024, 2),
+            "ratio": round(last / first, 2) if first else None,
+        }
+    first_t, last_t = _quarters(times)
+    out["ms_per_call"] = {
+        "first_quarter": round(first_t, 2),
+        "last_quarter": round(last_t, 2),
+        "ratio": round(last_t / first_t, 2),
+    }
+    final = total[-1]
+    out["final_mib"] = {
+        "checkpoints": round(final["checkpoints"] / 2**20, 2),
+        "ledger": round(final["ledger"] / 2**20, 2),
+    }
+    return out
+
+
+def run(calls: int) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Run both threads side by side; return the summaries and the raw step times."""
+    root = c.work_dir("storage")
+    script = c.make_script(calls + 2)
+    systems = {name: c.SYSTEMS[name](root / name, script) for name in SYSTEMS}
+    readings: dict[str, list[dict[str, int]]] = {n: [] for n in SYSTEMS}
+    times: dict[str, list[float]] = {n: [] for n in SYSTEMS}
+    try:
+        for name, system in systems.items():
+            system.start("t")
+            readings[name].append(_reading(system))
+        for i in range(calls):
+            for name in c.rotated(SYSTEMS, i):
+                system = systems[name]
+                times[name].append(c.timed(lambda s=system: s.step("t")))  # type: ignore[misc]
+                readings[name].append(_reading(system))
+            if (i + 1) % 50 == 0:
+                c.log(f"  {i + 1}/{calls} calls")
+    finally:
+        for system in systems.values():
+            system.close()
+    keep = c.template_dir()
+    for name in SYSTEMS:
+        if keep is not None:
+            shutil.copytree(root / name, keep / f"{name}-{calls}", dirs_exist_ok=True)
+    shutil.rmtree(root, ignore_errors=True)
+    return {n: summarize(readings[n], times[n]) for n in SYSTEMS}, times
+
+
+def main() -> None:
+    calls = 12 if c.quick() else 200
+    c.log(f"storage: {calls}-call threads")
+    results, times = run(calls)
+    q = max(1, calls // 4)
+    pairs = [a / b for a, b in zip(times["effectgate"], times["baseline"], strict=True)]
+    results["effectgate_over_baseline_time"] = {
+        "first_quarter": c.spread(pairs[:q]),
+        "last_quarter": c.spread(pairs[-q:]),
+    }
+    params = {"calls": calls, "systems": SYSTEMS, "tool": "no-op IDEMPOTENT record(key, value)"}
+    c.log(f"wrote {c.write_result('storage', params, results)}")
+
+
+if __name__ == "__main__":
+    main()
