@@ -104,19 +104,19 @@ def test_crash_left_in_flight_row_for_write_file(
     assert len(answers) == 1
 
 
-def test_sigkill_at_random_moments(tmp_path, monkeypatch) -> None:
+def test_sigkill_at_random_moments(tmp_path) -> None:
     """SIGKILL at random times while services are slow; resuming until done never duplicates."""
     rng = random.Random(1234)
-    for trial in range(4):
+    kills = 0
+    for trial in range(3):
         sd = StateDir.open(tmp_path / f"s{trial}")
         with DemoServices(sd.services) as svc:
             svc.set_error_rate("orders", 0.12)
             svc.set_fault("tickets", "slow", delay_s=0.3, times=1000)
             svc.set_fault("mail", "slow", delay_s=0.3, times=1000)
-            kills = 0
-            for _ in range(12):
+            for _ in range(4):  # up to four kills, at random moments
                 proc = subprocess.Popen(
-                    worker_cmd(sd, "t"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                    worker_cmd(sd, "t"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
                 )
                 try:
                     proc.wait(timeout=rng.uniform(0.3, 2.5))
@@ -125,15 +125,12 @@ def test_sigkill_at_random_moments(tmp_path, monkeypatch) -> None:
                     proc.wait()
                     kills += 1
                     continue
-                out = proc.stdout.read() if proc.stdout else ""
-                if proc.returncode == 0:
-                    break
-                assert proc.returncode == 75, out  # busy only if a killed holder's lease lingers
-                time.sleep(0.5)
-            else:
-                pytest.fail(f"trial {trial}: not done after 12 runs")
+                assert proc.returncode == 0, proc.returncode
+                break
+            else:  # then let one run finish
+                assert run_worker(sd, "t", timeout=120).returncode == 0
             assert_incident_done_once(sd, "t")
-            assert kills >= 0
+    assert kills > 0  # the test killed something, or it proved nothing
 
 
 def test_two_processes_resume_one_thread(services: DemoServices, state_dir: StateDir) -> None:

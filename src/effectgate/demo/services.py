@@ -281,8 +281,16 @@ class DemoServices:
             str(os.getpid()),
         ]
         log = (self.data_dir / f"{service}.log").open("ab")
+        # A new session keeps a terminal's Ctrl-C (sent to the whole foreground
+        # process group) away from the services: the agent stops at a step
+        # boundary while the outside world stays up. They still exit with us:
+        # they watch our pid.
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         running = _Running(process=process, log=log, ready={})
         try:
