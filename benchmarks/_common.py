@@ -278,10 +278,10 @@ class System:
 
     name = "system"
 
-    def __init__(self, root: Path, script: dict[str, Any]) -> None:
+    def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
         self.root = root
         self.script = script
-        self.sink: list[str] = []
+        self.sink: list[str] = [] if sink is None else sink
         self._first_probe = len(PROBES)
         self.probes: list[Probe] = []
 
@@ -324,8 +324,8 @@ class Baseline(System):
 
     name = "baseline"
 
-    def __init__(self, root: Path, script: dict[str, Any]) -> None:
-        super().__init__(root, script)
+    def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
+        super().__init__(root, script, sink)
         from langchain.agents import create_agent
         from langchain.agents.middleware import HumanInTheLoopMiddleware
         from langgraph.checkpoint.sqlite import SqliteSaver
@@ -378,8 +378,8 @@ class Effectgate(System):
 
     name = "effectgate"
 
-    def __init__(self, root: Path, script: dict[str, Any]) -> None:
-        super().__init__(root, script)
+    def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
+        super().__init__(root, script, sink)
         from effectgate._app import open_agent
         from effectgate.models import ScriptedChatModel
 
@@ -419,8 +419,8 @@ class EffectgateGraph(Effectgate):
 
     name = "effectgate_graph"
 
-    def __init__(self, root: Path, script: dict[str, Any]) -> None:
-        super().__init__(root, script)
+    def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
+        super().__init__(root, script, sink)
         self.pending: dict[str, str] = {}
 
     def _stream(self, value: Any, thread_id: str) -> None:
