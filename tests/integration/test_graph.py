@@ -16,7 +16,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from effectgate._app import StateDir, default_tools
 from effectgate._clock import FakeClock
 from effectgate.demo.services import DemoServices
-from effectgate.errors import DecisionError
+from effectgate.errors import ConfigError, DecisionError
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.ledger import OpState, SqliteLedger
 from effectgate.models import ScriptedChatModel
@@ -418,3 +418,18 @@ def test_verdict_applied_outside_the_graph_is_picked_up(
         (msg,) = [m for m in tool_messages(agent) if m.name == "create_ticket"]
         assert json.loads(str(msg.content))["status"] == "failed"
         assert "cannot continue" in (result.final_message or "")
+
+
+def test_resume_with_no_checkpoint_restarts_from_recorded_input(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A run that died before its first checkpoint restarts from the input the ledger kept."""
+    with make_agent(state_dir, services) as agent:
+        agent.ledger.record_thread("t2", {"task": TASK})  # as if killed right after this
+        assert agent.status("t2").status is RunStatus.NOT_STARTED
+        result = agent.resume("t2")
+        assert result.status is RunStatus.WAITING_REVIEW
+        first = agent.messages("t2")[0]
+        assert first.content == TASK
+        with pytest.raises(ConfigError, match="unknown thread"):
+            agent.resume("never-started")
