@@ -1,0 +1,117 @@
+"""Sum trials per system (and per scenario) and render the Markdown tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from effectgate.testing.campaign._harness import SCENARIOS, TrialResult
+
+__all__ = ["render_markdown", "summarize"]
+
+_COLUMNS = (
+    ("trials", "trials"),
+    ("kills", "kills"),
+    ("duplicate_tickets", "duplicate tickets"),
+    ("duplicate_mails", "duplicate mails"),
+    ("lost_actions", "lost actions"),
+    ("left_unknown", "left unknown"),
+    ("invalid_histories", "invalid histories"),
+    ("mean_resumes", "mean resumes"),
+    ("unfinished", "unfinished"),
+)
+
+
+def _sum(trials: Sequence[TrialResult]) -> dict[str, Any]:
+    unknown = [t.left_unknown for t in trials if t.left_unknown is not None]
+    n = len(trials)
+    return {
+        "trials": n,
+        "kills": sum(t.kills for t in trials),
+        "duplicate_tickets": sum(t.duplicate_tickets for t in trials),
+        "duplicate_mails": sum(t.duplicate_mails for t in trials),
+        "trials_with_duplicates": sum(
+            1 for t in trials if t.duplicate_tickets or t.duplicate_mails
+        ),
+        "lost_actions": sum(t.lost_actions for t in trials),
+        "trials_with_lost_actions": sum(1 for t in trials if t.lost_actions),
+        # None: the system keeps no record of attempts (the baseline).
+        "left_unknown": sum(unknown) if unknown or not trials else None,
+        "invalid_histories": sum(1 for t in trials if t.history_problems),
+        "mean_resumes": round(sum(t.resumes for t in trials) / n, 2) if n else 0.0,
+        "unfinished": sum(1 for t in trials if not t.finished),
+        "held_for_human": sum(1 for t in trials if t.held),
+        "runner_refused_fork": sum(1 for t in trials if t.runner_refused_fork),
+        "mean_trial_s": round(sum(t.duration_s for t in trials) / n, 2) if n else 0.0,
+    }
+
+
+def summarize(results: Iterable[TrialResult]) -> dict[str, Any]:
+    """Sum trial results per system, and per system and scenario.
+
+    Args:
+        results: finished trials, any order.
+
+    Returns:
+        ``{"systems": {system: totals}, "scenarios": {system: {scenario: totals}}}``;
+        totals hold the table's columns plus ``trials_with_duplicates``,
+        ``trials_with_lost_actions``, ``held_for_human``, ``runner_refused_fork``
+        and ``mean_trial_s`` (seconds).
+    """
+    by_system: dict[str, list[TrialResult]] = {}
+    for trial in results:
+        by_system.setdefault(trial.system, []).append(trial)
+    systems = {name: _sum(trials) for name, trials in by_system.items()}
+    scenarios = {
+        name: {
+            scenario: _sum([t for t in trials if t.scenario == scenario])
+            for scenario in SCENARIOS
+            if any(t.scenario == scenario for t in trials)
+        }
+        for name, trials in by_system.items()
+    }
+    return {"systems": systems, "scenarios": scenarios}
+
+
+def _cell(value: Any) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def _table(rows: Mapping[str, Mapping[str, Any]], first: str) -> list[str]:
+    head = f"| {first} | " + " | ".join(title for _, title in _COLUMNS) + " |"
+    rule = "|---|" + "---:|" * len(_COLUMNS)
+    body = [
+        f"| {name} | " + " | ".join(_cell(row.get(key)) for key, _ in _COLUMNS) + " |"
+        for name, row in rows.items()
+    ]
+    return [head, rule, *body]
+
+
+def render_markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    """Render the per-system table, then one per-scenario table per system.
+
+    Args:
+        summary: ``summarize``'s result.
+        meta: ``command``, ``trials_per_system``, ``elapsed_s`` and versions.
+
+    Returns:
+        Markdown text ending with a newline.
+    """
+    lines = [
+        "# Kill campaign results",
+        "",
+        f"Command: `{meta.get('command', '?')}`  ",
+        f"Trials per system: {meta.get('trials_per_system', '?')}; "
+        f"wall time {meta.get('elapsed_s', '?')} s; "
+        f"versions: {meta.get('versions', {})}",
+        "",
+        *_table(summary["systems"], "system"),
+        "",
+        "Duplicates and lost actions are counted in the ticket service's and the mail "
+        "sink's own SQLite files and the workspace bytes; *left unknown* is what the "
+        "system itself still holds as unresolved (n/a: it keeps no record).",
+        "",
+    ]
+    for system, scenarios in summary["scenarios"].items():
+        lines += [f"## {system} by scenario", "", *_table(scenarios, "scenario"), ""]
+    return "\n".join(lines)
