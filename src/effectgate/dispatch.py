@@ -352,7 +352,17 @@ class Dispatcher:
                 if op.attempt >= budget.max_attempts
                 else "deadline passed"
             )
-            # Only reached from APPROVED or RETRY_WAIT: known not applied.
+            if op.state is OpState.RETRY_WAIT and self._maybe_applied(op):
+                # An earlier attempt may have taken effect: never FAILED (DESIGN §3).
+                op = self.ledger.transition(
+                    op.operation_id,
+                    src=op.state,
+                    dst=OpState.NEEDS_RECONCILIATION,
+                    error=f"{why} before a retry; an earlier attempt may have applied",
+                    detail={"reason": why},
+                )
+                return self._needs_human(op, spec, op.error or why)
+            # From APPROVED, or RETRY_WAIT after known-not-applied attempts.
             return self.ledger.transition(
                 op.operation_id,
                 src=op.state,
@@ -383,12 +393,15 @@ class Dispatcher:
         try:
             result = spec.call(args, ctx)
         except Rejected as exc:
-            return self._record(op, OpState.FAILED, error=f"rejected: {exc}")
+            # This attempt did not apply; an earlier one may have (then: UNKNOWN).
+            state = OpState.UNKNOWN if self._maybe_applied(op) else OpState.FAILED
+            return self._record(op, state, error=f"rejected: {exc}")
         except NotAccepted as exc:
             nxt = self.ledger.next_attempt_at(op, retry_after=exc.retry_after)
             if nxt is None:
+                state = OpState.UNKNOWN if self._maybe_applied(op) else OpState.FAILED
                 return self._record(
-                    op, OpState.FAILED, error=f"not accepted, no attempts or time left: {exc}"
+                    op, state, error=f"not accepted, no attempts or time left: {exc}"
                 )
             return self._record(
                 op, OpState.RETRY_WAIT, error=f"not accepted: {exc}", next_attempt_at=nxt
@@ -410,6 +423,22 @@ class Dispatcher:
         return Outcome(
             status=DispatchStatus.SUCCEEDED, operation=op, receipt=receipt, message="executed"
         )
+
+    def _maybe_applied(self, op: Operation) -> bool:
+        """Whether an earlier attempt of ``op`` may have taken effect.
+
+        True when the last recovery from UNKNOWN retried without proof that
+        nothing had applied (a same-key or idempotent retry, or a human's
+        retry). Only read on failure paths, so the happy path stays at two
+        ledger commits and no extra reads.
+        """
+        for event in reversed(self.ledger.events(operation_id=op.operation_id)):
+            if event.dst is OpState.RETRY_WAIT and event.src in (
+                OpState.UNKNOWN,
+                OpState.NEEDS_RECONCILIATION,
+            ):
+                return bool(event.detail.get("maybe_applied", True))
+        return False
 
     def _record(
         self, op: Operation, state: OpState, *, error: str, next_attempt_at: datetime | None = None
@@ -539,7 +568,7 @@ class Dispatcher:
                 src=OpState.UNKNOWN,
                 dst=OpState.RETRY_WAIT,
                 next_attempt_at=now,
-                detail={"recovery": why},
+                detail={"recovery": why, "maybe_applied": not known_not_applied},
             )
         if known_not_applied:
             return self.ledger.transition(

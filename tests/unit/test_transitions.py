@@ -12,7 +12,7 @@ from effectgate.ledger import TERMINAL, TRANSITIONS, UNFINISHED, OpState, check_
 
 S = OpState
 
-# Written out independently of _model.TRANSITIONS (DESIGN §3 plus the three
+# Written out independently of _model.TRANSITIONS (DESIGN §3 plus the four
 # documented departures), so that an edit to the table fails here.
 ALLOWED = {
     (S.PROPOSED, S.APPROVED),
@@ -27,6 +27,7 @@ ALLOWED = {
     (S.IN_FLIGHT, S.UNKNOWN),
     (S.RETRY_WAIT, S.IN_FLIGHT),
     (S.RETRY_WAIT, S.FAILED),
+    (S.RETRY_WAIT, S.NEEDS_RECONCILIATION),
     (S.UNKNOWN, S.SUCCEEDED),
     (S.UNKNOWN, S.RETRY_WAIT),
     (S.UNKNOWN, S.NEEDS_RECONCILIATION),

@@ -61,7 +61,7 @@ TRANSITIONS: Mapping[OpState, frozenset[OpState]] = {
     # IN_FLIGHT is committed before the side effect starts; one of four outcomes follows
     _S.IN_FLIGHT: frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT, _S.UNKNOWN}),
     # RETRY_WAIT is "known not applied": a new attempt, or FAILED when the budget is spent
-    _S.RETRY_WAIT: frozenset({_S.IN_FLIGHT, _S.FAILED}),
+    _S.RETRY_WAIT: frozenset({_S.IN_FLIGHT, _S.FAILED, _S.NEEDS_RECONCILIATION}),
     # UNKNOWN settles by reconciliation, same-key replay, or a human
     _S.UNKNOWN: frozenset({_S.SUCCEEDED, _S.RETRY_WAIT, _S.NEEDS_RECONCILIATION, _S.FAILED}),
     _S.NEEDS_RECONCILIATION: frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT}),
@@ -75,7 +75,9 @@ Departures from the drawing, each forced by a rule elsewhere in DESIGN:
 ``APPROVED -> PROPOSED`` (an expired approval goes back to review, §8.5),
 ``APPROVED -> FAILED`` (deadline passed before any attempt: known not applied),
 ``UNKNOWN -> FAILED`` (a reconciler answered "not found" and that is final, but
-no budget is left: known not applied).
+no budget is left: known not applied), ``RETRY_WAIT -> NEEDS_RECONCILIATION``
+(a retry of a write that may already have applied could not start before the
+deadline: §3 forbids calling that FAILED).
 """
 
 

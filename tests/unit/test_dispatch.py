@@ -1,0 +1,299 @@
+"""The dispatch protocol against a real SQLite ledger and scripted tools (DESIGN §4, §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from effectgate._clock import FakeClock
+from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
+from effectgate.errors import DecisionError, NotAccepted, OutcomeUnknown, Rejected
+from effectgate.ledger import Approval, Budget, OpenRequest, OpState, SqliteLedger
+from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
+
+
+class Args(BaseModel):
+    key: str
+
+
+@dataclass
+class Script:
+    """What the fake external system does on each call, and what lookups answer."""
+
+    calls: list[Callable[[], Any]] = field(default_factory=list)
+    lookups: list[Lookup] = field(default_factory=list)
+    applied: list[int] = field(default_factory=list)
+    seen: list[int] = field(default_factory=list)
+
+    def call(self, args: Args, ctx: ToolContext) -> ToolResult:
+        self.seen.append(ctx.attempt)
+        step = self.calls.pop(0)
+        return step() if callable(step) else step
+
+    def lookup(self, args: Args, ctx: ToolContext) -> Lookup:
+        return self.lookups.pop(0)
+
+
+def ok(value: str = "done") -> Callable[[], ToolResult]:
+    return lambda: ToolResult(value={"v": value}, reference=value)
+
+
+def raises(exc: Exception) -> Callable[[], Any]:
+    def go() -> Any:
+        raise exc
+
+    return go
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, clock: FakeClock) -> Iterator[SqliteLedger]:
+    with SqliteLedger(tmp_path / "ledger.sqlite3", clock=clock) as led:
+        yield led
+
+
+def make(
+    ledger: SqliteLedger,
+    clock: FakeClock,
+    script: Script,
+    *,
+    kind: EffectKind,
+    reconciler: bool = False,
+    final: bool = False,
+    budget: Budget | None = None,
+    ttl: timedelta | None = None,
+) -> tuple[Dispatcher, EffectCall]:
+    spec = ToolSpec(
+        name="t",
+        description="test tool",
+        args_schema=Args,
+        func=script.call,
+        kind=kind,
+        reconciler=script.lookup if reconciler else None,
+        not_found_is_final=final,
+    )
+    args = spec.normalize({"key": "k"})
+    ihash = spec.intent_hash(args)
+    now = clock.now()
+    ledger.record_review(
+        [
+            OpenRequest(
+                operation_id="op1",
+                thread_id="th",
+                tool_call_id="c1",
+                tool="t",
+                tool_version="1",
+                args={"key": "k"},
+                intent_hash=ihash,
+                budget=budget or Budget(max_attempts=3, backoff_base_s=1.0),
+            )
+        ],
+        [
+            Approval(
+                operation_id="op1",
+                thread_id="th",
+                tool_call_id="c1",
+                decision="approve",
+                intent_hash=ihash,
+                reviewer="r",
+                decided_at=now,
+                expires_at=now + ttl if ttl else None,
+            )
+        ],
+    )
+    dispatcher = Dispatcher(ledger, {"t": spec}, worker="w1", clock=clock)
+    call = EffectCall(
+        thread_id="th",
+        tool_call_id="c1",
+        tool="t",
+        args={"key": "k"},
+        operation_id="op1",
+        intent_hash=ihash,
+    )
+    return dispatcher, call
+
+
+def test_success_then_stored_receipt_reused(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """The first dispatch calls once; every later dispatch returns the verified receipt."""
+    script = Script(calls=[ok("R1")])
+    d, call = make(ledger, clock, script, kind=EffectKind.IDEMPOTENT)
+    first = d.dispatch(call)
+    again = d.dispatch(call)
+    assert (first.status, again.status) == (DispatchStatus.SUCCEEDED, DispatchStatus.SUCCEEDED)
+    assert again.reused and again.receipt is not None and again.receipt.reference == "R1"
+    assert script.seen == [1]
+    assert ledger.metrics().results_reused >= 1
+
+
+def test_transient_then_success_waits_full_jitter(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """NotAccepted -> RETRY_WAIT with a stored next attempt time; the wait happens on the clock."""
+    script = Script(calls=[raises(NotAccepted("busy", retry_after=timedelta(seconds=2))), ok()])
+    d, call = make(ledger, clock, script, kind=EffectKind.KEYED)
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.SUCCEEDED and script.seen == [1, 2]
+    assert clock.slept and clock.slept[0] >= 2.0  # Retry-After honoured
+    dsts = [e.dst for e in ledger.events(operation_id="op1") if e.dst]
+    assert OpState.RETRY_WAIT in dsts
+
+
+def test_not_accepted_every_time_is_failed_known_not_applied(
+    ledger: SqliteLedger, clock: FakeClock
+) -> None:
+    """Budget spent on attempts that were all known not applied: FAILED."""
+    script = Script(calls=[raises(NotAccepted("503")), raises(NotAccepted("503"))])
+    d, call = make(ledger, clock, script, kind=EffectKind.KEYED, budget=Budget(max_attempts=2))
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.FAILED and script.seen == [1, 2]
+
+
+def test_budget_spent_after_maybe_applied_attempt_is_not_failed(
+    ledger: SqliteLedger, clock: FakeClock
+) -> None:
+    """Attempt 1 unknown, attempt 2 not accepted, no budget left: NEEDS_RECONCILIATION."""
+    script = Script(
+        calls=[raises(OutcomeUnknown("timeout")), raises(NotAccepted("503"))],
+        lookups=[Lookup.not_found("no row yet"), Lookup.not_found("still none")],
+    )
+    d, call = make(
+        ledger, clock, script, kind=EffectKind.KEYED, reconciler=True, budget=Budget(max_attempts=2)
+    )
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.NEEDS_RECONCILIATION, out
+    op = ledger.get("op1")
+    assert op is not None and (op.state, op.attempt) == (OpState.NEEDS_RECONCILIATION, 2)
+
+
+def test_rejected_after_maybe_applied_attempt_is_not_failed(
+    ledger: SqliteLedger, clock: FakeClock
+) -> None:
+    """An idempotent retry rejected after an unknown first attempt stays unknown for a human."""
+    script = Script(calls=[raises(OutcomeUnknown("reset")), raises(Rejected("422"))])
+    d, call = make(ledger, clock, script, kind=EffectKind.IDEMPOTENT, budget=Budget(max_attempts=2))
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.NEEDS_RECONCILIATION
+    assert script.seen == [1, 2]
+
+
+def test_rejected_first_time_fails_at_once(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """Seed 001 §4.7: a permanent refusal is FAILED with no retry."""
+    script = Script(calls=[raises(Rejected("no"))])
+    d, call = make(ledger, clock, script, kind=EffectKind.KEYED)
+    assert d.dispatch(call).status is DispatchStatus.FAILED and script.seen == [1]
+
+
+def test_reconcilable_found_keeps_attempt(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """Seed 001 §4.5: unknown -> lookup finds it -> SUCCEEDED from the lookup, attempts 1."""
+    script = Script(calls=[raises(OutcomeUnknown("t/o"))], lookups=[Lookup.found({"id": 7}, "7")])
+    d, call = make(
+        ledger, clock, script, kind=EffectKind.KEYED, reconciler=True, budget=Budget(max_attempts=1)
+    )
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.SUCCEEDED and out.receipt is not None
+    assert (out.receipt.source, out.receipt.attempt, script.seen) == ("reconcile", 1, [1])
+
+
+def test_lookup_unavailable_parks(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """Seed 001 §4.8: lookup unavailable -> NEEDS_RECONCILIATION, no second submission."""
+    script = Script(calls=[raises(OutcomeUnknown("t/o"))], lookups=[Lookup.unavailable("503")])
+    d, call = make(ledger, clock, script, kind=EffectKind.KEYED, reconciler=True)
+    assert d.dispatch(call).status is DispatchStatus.NEEDS_RECONCILIATION
+    assert script.seen == [1]
+
+
+def test_unsafe_unknown_parks(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """An unsafe tool's unknown outcome is never retried."""
+    script = Script(calls=[raises(OutcomeUnknown("?"))])
+    d, call = make(ledger, clock, script, kind=EffectKind.UNSAFE)
+    assert d.dispatch(call).status is DispatchStatus.NEEDS_RECONCILIATION
+    assert d.dispatch(call).status is DispatchStatus.NEEDS_RECONCILIATION
+    assert script.seen == [1]
+
+
+def test_verdicts_bind_to_attempt_and_are_idempotent(
+    ledger: SqliteLedger, clock: FakeClock
+) -> None:
+    """A verdict for another attempt changes nothing; a retry needs the acknowledgement."""
+    script = Script(calls=[raises(OutcomeUnknown("?")), ok("after")])
+    d, call = make(ledger, clock, script, kind=EffectKind.UNSAFE)
+    d.dispatch(call)
+    assert d.apply_verdict("op1", {"verdict": "failed", "attempt": 5}).state is (
+        OpState.NEEDS_RECONCILIATION
+    )
+    op = d.apply_verdict(
+        "op1", {"verdict": "retry", "attempt": 1, "acknowledge_duplicate_risk": True}
+    )
+    assert op.state is OpState.RETRY_WAIT
+    assert d.dispatch(call).status is DispatchStatus.SUCCEEDED and script.seen == [1, 2]
+    with pytest.raises(DecisionError):
+        d.apply_verdict("nope", {"verdict": "failed"})
+
+
+def test_dead_workers_in_flight_becomes_unknown(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """IN_FLIGHT claimed by another (dead) worker of this thread is UNKNOWN, never "not done"."""
+    script = Script(calls=[ok()])
+    d, call = make(ledger, clock, script, kind=EffectKind.IDEMPOTENT)
+    ledger.claim("op1", attempt=1, worker="dead-worker")
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.SUCCEEDED and script.seen == [2]
+    pairs = [(e.src, e.dst) for e in ledger.events(operation_id="op1")]
+    assert (OpState.IN_FLIGHT, OpState.UNKNOWN) in pairs
+
+
+def test_expired_approval_goes_back_to_review(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """An approval past expires_at is withdrawn before any attempt."""
+    script = Script(calls=[ok()])
+    d, call = make(ledger, clock, script, kind=EffectKind.IDEMPOTENT, ttl=timedelta(minutes=1))
+    clock.advance(timedelta(minutes=2))
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.NEEDS_REVIEW and "expired" in out.message
+    op = ledger.get("op1")
+    assert op is not None and op.state is OpState.PROPOSED and script.seen == []
+
+
+def test_other_intent_is_a_conflict(ledger: SqliteLedger, clock: FakeClock) -> None:
+    """Same operation id, other arguments: refused, stored result not reused, nothing called."""
+    script = Script(calls=[ok()])
+    d, call = make(ledger, clock, script, kind=EffectKind.IDEMPOTENT)
+    spec = d.tools["t"]
+    other = spec.intent_hash(spec.normalize({"key": "other"}))
+    from dataclasses import replace
+
+    out = d.dispatch(replace(call, args={"key": "other"}, intent_hash=other))
+    assert out.status is DispatchStatus.CONFLICT and script.seen == []
+
+
+def test_deadline_passed_while_waiting_after_unknown(
+    ledger: SqliteLedger, clock: FakeClock
+) -> None:
+    """A retry of a maybe-applied write that cannot start before the deadline is parked."""
+    deadline = clock.now() + timedelta(seconds=30)
+    script = Script(calls=[raises(OutcomeUnknown("t/o"))])
+    d, call = make(
+        ledger,
+        clock,
+        script,
+        kind=EffectKind.IDEMPOTENT,
+        budget=Budget(max_attempts=3, deadline_at=deadline),
+    )
+    # first attempt ends UNKNOWN; the recovery retries at once unless time is up
+    orig = d._retry_or_settle
+
+    def late(*a: Any, **kw: Any) -> Any:
+        result = orig(*a, **kw)
+        clock.advance(timedelta(minutes=5))
+        return result
+
+    d._retry_or_settle = late  # type: ignore[method-assign]
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.NEEDS_RECONCILIATION
+    assert script.seen == [1]
