@@ -10,9 +10,7 @@ from effectgate._failpoints import Failpoint
 def test_every_failpoint_has_a_crash_test() -> None:
     """Each Failpoint member is named in a crash test module other than this one."""
     here = Path(__file__)
-    text = "\n".join(
-        p.read_text() for p in here.parent.glob("test_*.py") if p.name != here.name
-    )
+    text = "\n".join(p.read_text() for p in here.parent.glob("test_*.py") if p.name != here.name)
     missing = [fp.name for fp in Failpoint if f"Failpoint.{fp.name}" not in text]
     assert missing == []
 
