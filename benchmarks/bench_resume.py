@@ -67,9 +67,12 @@ def _measure(src: Path, system: str, calls: int) -> tuple[float, float]:
     return t_open, t_resume
 
 
-def run(sizes: list[int], repeats: int) -> dict[str, Any]:
-    """Time open and resume for every (system, size), interleaved."""
-    cases = [(s, n) for s in SYSTEMS for n in sizes]
+def run(sizes: list[int], repeats: int, names: list[str] = SYSTEMS) -> dict[str, Any]:
+    """Time open and resume for every (system, size), interleaved.
+
+    ``names`` are systems in ``_common.SYSTEMS``; the first is the reference.
+    """
+    cases = [(s, n) for s in names for n in sizes]
     sources = {case: template(*case) for case in cases}
     opened: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     resumed: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
@@ -80,7 +83,8 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
             resumed[case].append(t_resume)
     out: dict[str, Any] = {}
     lo, hi = sizes
-    for s in SYSTEMS:
+    ref = names[0]
+    for s in names:
         total = {
             n: [a + b for a, b in zip(opened[s, n], resumed[s, n], strict=True)] for n in sizes
         }
@@ -92,20 +96,17 @@ def run(sizes: list[int], repeats: int) -> dict[str, Any]:
                 [b / a for a, b in zip(total[lo], total[hi], strict=True)], 2
             ),
         }
-    for n in sizes:
-        out[f"effectgate_over_baseline_at_{n}"] = c.spread(
-            [
-                (eo + er) / (bo + br)
-                for eo, er, bo, br in zip(
-                    opened["effectgate", n],
-                    resumed["effectgate", n],
-                    opened["baseline", n],
-                    resumed["baseline", n],
-                    strict=True,
-                )
-            ],
-            2,
-        )
+    for s in names[1:]:
+        for n in sizes:
+            out[f"{s}_over_{ref}_at_{n}"] = c.spread(
+                [
+                    (so + sr) / (bo + br)
+                    for so, sr, bo, br in zip(
+                        opened[s, n], resumed[s, n], opened[ref, n], resumed[ref, n], strict=True
+                    )
+                ],
+                2,
+            )
     return out
 
 

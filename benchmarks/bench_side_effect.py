@@ -32,18 +32,18 @@ import _common as c
 VARIANTS = ["baseline", "effectgate", "effectgate_graph"]
 
 
-def _time_repeat(r: int, steps: int, warmup: int) -> dict[str, list[float]]:
+def _time_repeat(r: int, steps: int, warmup: int, variants: list[str]) -> dict[str, list[float]]:
     root = c.work_dir("side_effect")
     script = c.make_script(warmup + steps + 1)
-    systems = {name: c.SYSTEMS[name](root / name, script) for name in VARIANTS}
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    systems = {name: c.SYSTEMS[name](root / name, script) for name in variants}
+    times: dict[str, list[float]] = {name: [] for name in variants}
     try:
         for system in systems.values():
             system.start("t")
             for _ in range(warmup):
                 system.step("t")
         for i in range(steps):
-            for name in c.rotated(VARIANTS, i + r):
+            for name in c.rotated(variants, i + r):
                 system = systems[name]
                 times[name].append(c.timed(lambda s=system: s.step("t")))  # type: ignore[misc]
         for name, system in systems.items():
@@ -56,40 +56,46 @@ def _time_repeat(r: int, steps: int, warmup: int) -> dict[str, list[float]]:
     return times
 
 
-def part_time(repeats: int, steps: int, warmup: int) -> dict[str, Any]:
-    """Paired step times, ``repeats`` fresh runs of ``steps`` interleaved steps."""
-    med: dict[str, list[float]] = {n: [] for n in VARIANTS}
-    ratio: dict[str, list[float]] = {n: [] for n in VARIANTS}
-    pair: dict[str, list[float]] = {n: [] for n in VARIANTS}
-    added: dict[str, list[float]] = {n: [] for n in VARIANTS}
+def part_time(
+    repeats: int, steps: int, warmup: int, variants: list[str] = VARIANTS
+) -> dict[str, Any]:
+    """Paired step times, ``repeats`` fresh runs of ``steps`` interleaved steps.
+
+    ``variants`` are names in ``_common.SYSTEMS``; the first is the reference.
+    """
+    ref = variants[0]
+    med: dict[str, list[float]] = {n: [] for n in variants}
+    ratio: dict[str, list[float]] = {n: [] for n in variants}
+    pair: dict[str, list[float]] = {n: [] for n in variants}
+    added: dict[str, list[float]] = {n: [] for n in variants}
     for r in range(repeats):
-        times = _time_repeat(r, steps, warmup)
-        base = times["baseline"]
-        for name in VARIANTS:
+        times = _time_repeat(r, steps, warmup, variants)
+        base = times[ref]
+        for name in variants:
             med[name].append(statistics.median(times[name]))
-            ratio[name].append(med[name][-1] / med["baseline"][-1])
+            ratio[name].append(med[name][-1] / med[ref][-1])
             pair[name].append(
                 statistics.median(a / b for a, b in zip(times[name], base, strict=True))
             )
-            added[name].append(med[name][-1] - med["baseline"][-1])
+            added[name].append(med[name][-1] - med[ref][-1])
         c.log(
             f"  repeat {r + 1}/{repeats}: "
-            + ", ".join(f"{n} {med[n][-1]:.2f} ms" for n in VARIANTS)
+            + ", ".join(f"{n} {med[n][-1]:.2f} ms" for n in variants)
         )
     return {
-        "ms_per_effect": {n: c.spread(med[n]) for n in VARIANTS},
-        "ratio_vs_baseline": {n: c.spread(ratio[n]) for n in VARIANTS},
-        "pair_ratio_vs_baseline": {n: c.spread(pair[n]) for n in VARIANTS},
-        "added_ms_vs_baseline": {n: c.spread(added[n]) for n in VARIANTS},
+        "ms_per_effect": {n: c.spread(med[n]) for n in variants},
+        "ratio_vs_baseline": {n: c.spread(ratio[n]) for n in variants},
+        "pair_ratio_vs_baseline": {n: c.spread(pair[n]) for n in variants},
+        "added_ms_vs_baseline": {n: c.spread(added[n]) for n in variants},
     }
 
 
-def part_commits(steps: int) -> dict[str, Any]:
+def part_commits(steps: int, variants: list[str] = VARIANTS) -> dict[str, Any]:
     """Commits per side effect by file and kind, from probed connections."""
     out: dict[str, Any] = {}
     root = c.work_dir("side_effect_commits")
     with c.probed_sqlite():
-        for name in VARIANTS:
+        for name in variants:
             system = c.SYSTEMS[name](root / name, c.make_script(steps + 3))
             try:
                 system.start("t")

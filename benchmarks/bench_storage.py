@@ -88,19 +88,19 @@ def summarize(readings: list[dict[str, int]], times: list[float]) -> dict[str, A
     return out
 
 
-def run(calls: int) -> tuple[dict[str, Any], dict[str, list[float]]]:
-    """Run both threads side by side; return the summaries and the raw step times."""
+def run(calls: int, names: list[str] = SYSTEMS) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Run the threads side by side; return the summaries and the raw step times."""
     root = c.work_dir("storage")
     script = c.make_script(calls + 2)
-    systems = {name: c.SYSTEMS[name](root / name, script) for name in SYSTEMS}
-    readings: dict[str, list[dict[str, int]]] = {n: [] for n in SYSTEMS}
-    times: dict[str, list[float]] = {n: [] for n in SYSTEMS}
+    systems = {name: c.SYSTEMS[name](root / name, script) for name in names}
+    readings: dict[str, list[dict[str, int]]] = {n: [] for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
     try:
         for name, system in systems.items():
             system.start("t")
             readings[name].append(_reading(system))
         for i in range(calls):
-            for name in c.rotated(SYSTEMS, i):
+            for name in c.rotated(names, i):
                 system = systems[name]
                 times[name].append(c.timed(lambda s=system: s.step("t")))  # type: ignore[misc]
                 readings[name].append(_reading(system))
@@ -110,11 +110,11 @@ def run(calls: int) -> tuple[dict[str, Any], dict[str, list[float]]]:
         for system in systems.values():
             system.close()
     keep = c.template_dir()
-    for name in SYSTEMS:
+    for name in names:
         if keep is not None:
             shutil.copytree(root / name, keep / f"{name}-{calls}", dirs_exist_ok=True)
     shutil.rmtree(root, ignore_errors=True)
-    return {n: summarize(readings[n], times[n]) for n in SYSTEMS}, times
+    return {n: summarize(readings[n], times[n]) for n in names}, times
 
 
 def main() -> None:

@@ -1,0 +1,451 @@
+"""Run the whole benchmark suite and write results/*.json and results/summary.md.
+
+    python benchmarks/run_all.py            # the full suite, about 10 minutes on 2 cores
+    python benchmarks/run_all.py --quick    # tiny sizes: checks that everything runs
+
+Each benchmark runs in its own process (so no patch or import state leaks
+from one to the next), in this order: floor, side_effect, storage (leaves the
+long threads for resume), resume, restart, concurrency, fixes, ledger. All
+scratch files go to one work directory on the same disk (``--work-dir``,
+default a new directory under the system temp dir), removed at the end unless
+``--keep-work``. ``make bench`` runs the full suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as c
+
+BENCHES = [
+    "floor",
+    "side_effect",
+    "storage",
+    "resume",
+    "restart",
+    "concurrency",
+    "fixes",
+    "ledger",
+]
+
+
+def _command(name: str, quick: bool, work: Path) -> list[str]:
+    script = str(c.BENCH_DIR / f"bench_{name}.py")
+    if name != "ledger":
+        return [sys.executable, script]
+    # bench_ledger.py has its own flags; it writes results/ledger.json itself.
+    ledger_dir = work / "ledger"
+    ledger_dir.mkdir(parents=True, exist_ok=True)
+    sizes = ["--rounds", "3", "--per-round", "10"] if quick else ["--rounds", "15", "--with-1m"]
+    return [sys.executable, script, *sizes, "--dir", str(ledger_dir)]
+
+
+def run_benches(names: list[str], quick: bool, work: Path) -> dict[str, Any]:
+    """Run each benchmark in a child process; return their exit codes and durations."""
+    env = dict(os.environ, **{c.WORK_ENV: str(work), c.QUICK_ENV: "1" if quick else "0"})
+    runs: dict[str, Any] = {}
+    for name in names:
+        cmd = _command(name, quick, work)
+        c.log(f"== {name}: {shlex.join(cmd[1:])}")
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, env=env, cwd=c.BENCH_DIR, check=False)
+        runs[name] = {"exit": done.returncode, "seconds": round(time.perf_counter() - t0, 1)}
+        c.log(f"== {name}: exit {done.returncode} in {runs[name]['seconds']} s")
+    return runs
+
+
+# ----------------------------------------------------------------------- summary.md
+
+DELTA = "all_four+delta"
+
+
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    if not path.exists():
+        return None
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+def _f(s: dict[str, Any] | None, unit: str = "", digits: int = 2) -> str:
+    """``median (min-max)`` of a spread, or a dash."""
+    if not s or s.get("median") is None:
+        return "-"
+    m, lo, hi = (s[k] for k in ("median", "min", "max"))
+    return f"{m:.{digits}f}{unit} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def _verdict(value: float | None, bound: float) -> str:
+    if value is None:
+        return "not measured"
+    return "**met**" if value <= bound else "**NOT met**"
+
+
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(x) for x in cells) + " |"
+
+
+def _target_time_commits(se: dict[str, Any], fx: dict[str, Any] | None) -> list[str]:
+    r = se["results"]
+    ratio = r["ratio_vs_baseline"]["effectgate"]
+    fix = fx["results"]["ratio_vs_baseline"].get("all_four") if fx else None
+    eg, base = r["commits_per_effect"]["effectgate"], r["commits_per_effect"]["baseline"]
+    fixc = fx["results"]["commits_per_effect"].get("all_four") if fx else None
+    fixc_s = f"{fixc['durable']:g} ({fixc['all']:g} in all)" if fixc else "-"
+    return [
+        _row(
+            "time per approved side effect / baseline", "<= 1.10x", _f(ratio, "x"),
+            _verdict(ratio["median"], 1.10), "1.00x", _f(fix, "x") + " (all four)",
+        ),
+        _row(
+            "durable (fsync'd) commits per side effect", "<= 8",
+            f"{eg['durable']:g} ({eg['all']:g} commits in all)", _verdict(eg["durable"], 8),
+            f"{base['durable']:g}", fixc_s + " (all four)",
+        ),
+    ]  # fmt: skip
+
+
+def _target_storage(st: dict[str, Any], fx: dict[str, Any] | None) -> list[str]:
+    g = st["results"]["effectgate"]["total_kib_per_call"]
+    b = st["results"]["baseline"]["total_kib_per_call"]
+    fg = fx["results"]["long_thread"]["storage"][DELTA]["total_kib_per_call"] if fx else None
+    fix = f"{fg['ratio']}x ({fg['first_quarter']} -> {fg['last_quarter']} KiB)" if fg else "-"
+    return [
+        _row(
+            f"storage growth per call, last 1/4 / first 1/4 of {st['params']['calls']} calls",
+            "<= 1.5x", f"{g['ratio']}x ({g['first_quarter']} -> {g['last_quarter']} KiB)",
+            _verdict(g["ratio"], 1.5), f"{b['ratio']}x", fix + " (all four + delta)",
+        )
+    ]  # fmt: skip
+
+
+def _target_resume(rs: dict[str, Any], fx: dict[str, Any] | None) -> list[str]:
+    hi = rs["params"]["sizes"][1]
+    key = f"ratio_{hi}_over_1"
+    e, b = rs["results"]["effectgate"][key], rs["results"]["baseline"][key]
+    fr = fx["results"]["long_thread"]["resume"][DELTA].get(key) if fx else None
+    return [
+        _row(
+            f"resume at review after {hi} vs 1 calls (open + resume)", "<= 3x", _f(e, "x"),
+            _verdict(e["median"], 3), _f(b, "x"), _f(fr, "x") + " (all four + delta)",
+        )
+    ]  # fmt: skip
+
+
+def _target_ledger(lg: dict[str, Any]) -> list[str]:
+    scale = {s["rows"]: s for s in lg.get("scale", [])}
+    if 1000 not in scale or len(scale) < 2:
+        return []
+    top = max(scale)
+    get = scale[top]["get_us"]["median"] / scale[1000]["get_us"]["median"]
+    rec_top = scale[top]["recover_in_flight_ms"]["median"]
+    rec = rec_top / scale[1000]["recover_in_flight_ms"]["median"]
+    label = f"{top // 1000}k" if top < 1_000_000 else f"{top // 1_000_000}M"
+    return [
+        _row(
+            f"ledger recovery scan, {label} / 1k rows (medians)", "<= 1.5x", f"{rec:.2f}x",
+            _verdict(rec, 1.5), "-", "-",
+        ),
+        _row(
+            f"ledger get by id, {label} / 1k rows (medians)", "<= 3x", f"{get:.2f}x",
+            _verdict(get, 3), "-", "-",
+        ),
+    ]  # fmt: skip
+
+
+def _targets(docs: dict[str, Any]) -> list[str]:
+    fx = docs.get("fixes")
+    rows = [
+        "| target (issue 8) | bound | effectgate now, median (min-max) | verdict | baseline "
+        "| prototyped fixes (bench_fixes) |",
+        "|---|---|---|---|---|---|",
+    ]
+    if docs.get("side_effect"):
+        rows += _target_time_commits(docs["side_effect"], fx)
+    if docs.get("storage"):
+        rows += _target_storage(docs["storage"], fx)
+    if docs.get("resume"):
+        rows += _target_resume(docs["resume"], fx)
+    if docs.get("ledger"):
+        rows += _target_ledger(docs["ledger"])
+    return rows
+
+
+def _floor_ms(docs: dict[str, Any]) -> float | None:
+    fl = docs.get("floor")
+    return None if not fl else float(fl["results"]["us_per_commit"]["wal_full"]["median"]) / 1e3
+
+
+def _per_effect(docs: dict[str, Any], name: str) -> list[str]:
+    doc = docs.get(name)
+    if not doc:
+        return []
+    r, floor = doc["results"], _floor_ms(docs)
+    fs = r.get("fsyncs_per_effect") or {}
+    out = [
+        "| variant | ms per side effect | / floor commit | ratio to baseline (per repeat) "
+        "| paired step ratio | durable commits (ckpt + ledger) | NORMAL | empty "
+        "| fsyncs (strace) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v, ms in r["ms_per_effect"].items():
+        cm = r["commits_per_effect"][v]
+        files = cm["by_file"]
+        dur = " + ".join(
+            f"{files[f]['durable']:g}" for f in ("checkpoints", "ledger") if f in files
+        )
+        out.append(
+            _row(
+                v, _f(ms), f"{ms['median'] / floor:.1f}x" if floor else "-",
+                _f(r["ratio_vs_baseline"][v], "x"), _f(r["pair_ratio_vs_baseline"][v], "x"),
+                f"{cm['durable']:g} ({dur})", f"{sum(k['normal'] for k in files.values()):g}",
+                f"{sum(k['empty'] for k in files.values()):g}", fs.get(v, "-"),
+            )
+        )  # fmt: skip
+    return out
+
+
+def _floor(docs: dict[str, Any]) -> list[str]:
+    fl = docs.get("floor")
+    if not fl:
+        return []
+    r = fl["results"]
+    out = ["| mode | commits/s | us per commit |", "|---|---|---|"]
+    for mode in r["commits_per_s"]:
+        out.append(
+            _row(mode, _f(r["commits_per_s"][mode], "", 0), _f(r["us_per_commit"][mode], "", 0))
+        )
+    return out
+
+
+def _storage(doc: dict[str, Any] | None, names: list[str]) -> list[str]:
+    if not doc:
+        return []
+    r = doc["results"]
+    out = [
+        "| system | total KiB/call first 1/4 -> last 1/4 (ratio) | checkpoints | ledger "
+        "| LangGraph payload | ms/call first 1/4 -> last 1/4 | final size MiB (ckpt + ledger) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def q(d: dict[str, Any]) -> str:
+        ratio = "-" if d["ratio"] is None else f"{d['ratio']}x"
+        return f"{d['first_quarter']} -> {d['last_quarter']} ({ratio})"
+
+    for n in names:
+        s = r[n]
+        fin = s["final_mib"]
+        out.append(
+            _row(
+                n, q(s["total_kib_per_call"]), q(s["checkpoints_kib_per_call"]),
+                q(s["ledger_kib_per_call"]), q(s["payload_kib_per_call"]), q(s["ms_per_call"]),
+                f"{fin['checkpoints']} + {fin['ledger']}",
+            )
+        )  # fmt: skip
+    return out
+
+
+def _resume(doc: dict[str, Any] | None) -> list[str]:
+    if not doc:
+        return []
+    r, sizes = doc["results"], doc["params"]["sizes"]
+    names = [k for k in r if isinstance(r[k], dict) and "open_ms" in r[k]]
+    out = [
+        "| system | calls before | open ms | resume ms | open + resume ms |",
+        "|---|---|---|---|---|",
+    ]
+    for n in names:
+        for size in sizes:
+            k = str(size)
+            out.append(
+                _row(
+                    n, size, _f(r[n]["open_ms"][k]), _f(r[n]["resume_ms"][k]),
+                    _f(r[n]["open_plus_resume_ms"][k]),
+                )
+            )  # fmt: skip
+    for key, value in r.items():
+        if "_over_" in key:
+            out.append(f"\n`{key}`: {_f(value, 'x')}")
+    return out
+
+
+def _restart(doc: dict[str, Any] | None) -> list[str]:
+    if not doc:
+        return []
+    r = doc["results"]
+    out = [
+        "| system | spawn -> first effect ms | interpreter | imports + open | recovery -> effect |",
+        "|---|---|---|---|---|",
+    ]
+    for n in ("baseline", "effectgate"):
+        s = r[n]
+        out.append(
+            _row(
+                n, _f(s["total_ms"], "", 0), _f(s["interpreter_ms"], "", 0),
+                _f(s["imports_and_open_ms"], "", 0), _f(s["recover_to_effect_ms"], "", 1),
+            )
+        )  # fmt: skip
+    out.append(f"\neffectgate / baseline, paired: {_f(r['effectgate_over_baseline'], 'x')}")
+    return out
+
+
+def _concurrency(doc: dict[str, Any] | None) -> list[str]:
+    if not doc:
+        return []
+    r = doc["results"]
+    out = [
+        "| system | workers | side effects/s | lock wait p50 / p99 / max ms (checkpoints) "
+        "| lock wait p50 / p99 / max ms (ledger) |",
+        "|---|---|---|---|---|",
+    ]
+
+    def w(d: dict[str, Any] | None) -> str:
+        if not d or not d["n"]:
+            return "-"
+        return f"{d['p50_ms']} / {d['p99_ms']} / {d['max_ms']} (n={d['n']})"
+
+    for n, by_workers in r.items():
+        for workers, s in by_workers.items():
+            lw = s["lock_wait"]
+            out.append(
+                _row(
+                    n, workers, _f(s["effects_per_s"], "", 1), w(lw.get("checkpoints")),
+                    w(lw.get("ledger")),
+                )
+            )  # fmt: skip
+    return out
+
+
+def _ledger(doc: dict[str, Any] | None) -> list[str]:
+    if not doc:
+        return []
+    p = doc["paths"]
+    out = [
+        "| ledger path (bench_ledger.py) | median (min-max over rounds) |",
+        "|---|---|",
+        _row("raw durable commit (WAL, FULL)", _f(p["floor_commit_ms"], " ms")),
+        _row("open + review + claim + result", _f(p["full_path_ms"], " ms")),
+        _row("dispatch path (claim + result)", _f(p["dispatch_path_ms"], " ms")),
+        _row("dispatch path / raw commit, paired", _f(p["dispatch_path_ratio"], "x")),
+        "",
+        "| rows | file MB | get by id, us | recover_in_flight (10 in flight), ms |",
+        "|---|---|---|---|",
+    ]
+    for s in doc["scale"]:
+        out.append(
+            _row(f"{s['rows']:,}", s["file_mb"], _f(s["get_us"]), _f(s["recover_in_flight_ms"]))
+        )
+    return out
+
+
+def _fixes_checks(docs: dict[str, Any]) -> list[str]:
+    fx = docs.get("fixes")
+    if not fx:
+        return []
+    checks = fx["results"]["long_thread"]["checks"]
+    return ["Read-back checks of the delta thread: " + json.dumps(checks, sort_keys=True)]
+
+
+def _fix_docs(docs: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The prototype's long-thread storage and resume results, shaped like their own benches."""
+    fx = docs.get("fixes")
+    if not fx:
+        return None, None
+    long = fx["results"]["long_thread"]
+    sizes = [1, fx["params"]["long_thread_calls"]]
+    return {"results": long["storage"]}, {"results": long["resume"], "params": {"sizes": sizes}}
+
+
+def render(results: Path, meta: dict[str, Any]) -> str:
+    """The Markdown summary of whatever results/*.json exist."""
+    names = ["floor", "side_effect", "storage", "resume", "restart", "concurrency", "fixes"]
+    docs: dict[str, Any] = {n: _load(results, n) for n in [*names, "ledger"]}
+    fix_storage, fix_resume = _fix_docs(docs)
+    sections = [
+        ("Targets", _targets(docs)),
+        ("Per approved side effect", _per_effect(docs, "side_effect")),
+        ("Prototyped fixes, per approved side effect", _per_effect(docs, "fixes")),
+        ("Raw floor: durable SQLite commits on this disk", _floor(docs)),
+        ("Storage over one long thread", _storage(docs.get("storage"), ["baseline", "effectgate"])),
+        ("Storage with every fix (prototype)", _storage(fix_storage, ["baseline", DELTA])),
+        ("Resume a thread paused at review", _resume(docs.get("resume"))),
+        ("Resume with every fix (prototype)", _resume(fix_resume)),
+        ("Restart after a kill: process start to first effect", _restart(docs.get("restart"))),
+        (
+            "Worker processes on distinct threads, one state dir",
+            _concurrency(docs.get("concurrency")),
+        ),
+        ("Ledger scaling (bench_ledger.py)", _ledger(docs.get("ledger"))),
+        ("Checks", _fixes_checks(docs)),
+    ]
+    body: list[str] = []
+    for title, lines in sections:
+        if lines:
+            body += ["", f"## {title}", "", *lines]
+    return "\n".join(_head(meta) + body) + "\n"
+
+
+def _head(meta: dict[str, Any]) -> list[str]:
+    m = meta["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+    return [
+        "# effectgate benchmarks: latest results",
+        "",
+        f"Command: `{meta['command']}` ({meta['seconds']} s). Machine: {m['cpus']} x {m['cpu']}, "
+        f"load average {m['load_avg_1m']} at the end, Python {m['python']}, SQLite {m['sqlite']}, "
+        f"{m['platform']}; {versions}; commit {m['commit']}.",
+        "",
+        "Medians with min-max over repeats; ratios are paired (both systems in the same repeat, "
+        "taking turns step by step). Same offline scripted model, same no-op tool, same disk. "
+        "benchmarks/README.md explains the method and the diagnosis.",
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
+    parser.add_argument("--only", nargs="+", choices=BENCHES, help="run only these")
+    parser.add_argument("--work-dir", type=Path, help="scratch directory (default: a temp dir)")
+    parser.add_argument("--keep-work", action="store_true", help="keep the scratch files")
+    parser.add_argument(
+        "--summary-only", action="store_true", help="rewrite summary.md from existing JSON"
+    )
+    args = parser.parse_args()
+    names = args.only or BENCHES
+    started = time.perf_counter()
+    runs: dict[str, Any] = {}
+    if not args.summary_only:
+        work = args.work_dir or Path(tempfile.mkdtemp(prefix="effectgate-bench-"))
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            runs = run_benches(names, args.quick, work)
+        finally:
+            if not args.keep_work:
+                shutil.rmtree(work, ignore_errors=True)
+    total = round(time.perf_counter() - started, 1)
+    command = "python benchmarks/run_all.py" + (" --quick" if args.quick else "")
+    meta = {"command": command, "seconds": total, "runs": runs, "machine": c.machine_info()}
+    if runs:
+        c.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (c.RESULTS_DIR / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+    summary = render(c.RESULTS_DIR, meta)
+    (c.RESULTS_DIR / "summary.md").write_text(summary)
+    c.log(f"wrote {c.RESULTS_DIR / 'summary.md'} ({total} s in total)")
+    failed = [n for n, r in runs.items() if r["exit"] != 0]
+    if failed:
+        c.log(f"FAILED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
