@@ -80,12 +80,13 @@ def test_lock_held_past_busy_timeout_is_ledger_busy(tmp_path: Path) -> None:
 
 
 def test_durability_settings(ledger: SqliteLedger) -> None:
-    """WAL, synchronous=FULL (restored after a review), foreign keys on."""
+    """WAL, synchronous=FULL from the start and again after a review, foreign keys on."""
+    conn = ledger.store._conn  # type: ignore[attr-defined]
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     req = make_request()
     ledger.record_review([req], [make_approval(req, FakeClock())])
-    conn = ledger.store._conn  # type: ignore[attr-defined]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
