@@ -38,7 +38,7 @@ S = OpState
 OP_NAMES = ["t1:a", "t1:b", "t2:c"]
 OP_IDS = st.sampled_from([*OP_NAMES, "t3:new"])
 MOSTLY_FALSE = st.sampled_from([False, False, False, True])
-CI = settings(max_examples=100, stateful_step_count=25, deadline=None)
+CI = settings(max_examples=75, stateful_step_count=25, deadline=None)
 
 
 @dataclasses.dataclass

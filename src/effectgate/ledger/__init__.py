@@ -69,9 +69,3 @@ __all__ = [
     "full_jitter_delay",
 ]
 
-# Reprs and pickles name the public path, not the private module (httpx).
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type):
-        _obj.__module__ = __name__
-del _name, _obj
