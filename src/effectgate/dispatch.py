@@ -408,7 +408,7 @@ class Dispatcher:
             )
         except OutcomeUnknown as exc:
             return self._record(op, OpState.UNKNOWN, error=f"outcome unknown: {exc}")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - see the comment below
             # A tool outside our contracts (e.g. a plain LangChain tool) raised
             # after it may have acted: the only honest state is UNKNOWN.
             return self._record(
@@ -551,7 +551,7 @@ class Dispatcher:
         assert spec.reconciler is not None
         try:
             return spec.reconciler(args, self._context(call, op))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - see the comment below
             # A reconciler must answer "unavailable" rather than raise; one that
             # raises cannot tell us anything either.
             return Lookup.unavailable(f"lookup raised {type(exc).__name__}: {exc}")

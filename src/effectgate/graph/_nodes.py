@@ -230,16 +230,9 @@ def _ask_verdict(
     return None
 
 
-def _ask_review(
-    call: EffectCall,
-    spec: ToolSpec,
-    outcome: Outcome,
-    *,
-    ledger: Ledger,
-    policy: Policy,
-    clock: Clock,
-    error: str | None,
-) -> str | None:
+def _re_review_request(
+    call: EffectCall, spec: ToolSpec, outcome: Outcome, policy: Policy, error: str | None
+) -> ReviewRequest:
     op = outcome.operation
     assert op is not None
     args = spec.normalize(call.args, tool_call_id=call.tool_call_id)
@@ -266,7 +259,22 @@ def _ask_review(
     )
     if error:
         request["error"] = error
-    answer = interrupt(request)
+    return request
+
+
+def _ask_review(
+    call: EffectCall,
+    spec: ToolSpec,
+    outcome: Outcome,
+    *,
+    ledger: Ledger,
+    policy: Policy,
+    clock: Clock,
+    error: str | None,
+) -> str | None:
+    op = outcome.operation
+    assert op is not None
+    answer = interrupt(_re_review_request(call, spec, outcome, policy, error))
     decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
     if (
         not isinstance(decisions, list)
@@ -275,34 +283,28 @@ def _ask_review(
         or decisions[0].get("type") not in ("approve", "reject")
     ):
         return 'answer {"decisions": [{"type": "approve"}]} or [{"type": "reject"}]'
-    kind = decisions[0]["type"]
     now = clock.now()
     ttl = policy.approval_ttl_s
-    ledger.record_review(
-        [
-            OpenRequest(
-                operation_id=op.operation_id,
-                thread_id=op.thread_id,
-                tool_call_id=op.tool_call_id,
-                tool=op.tool,
-                tool_version=op.tool_version,
-                args=dict(op.args),
-                intent_hash=op.intent_hash,
-                budget=op.budget,
-            )
-        ],
-        [
-            Approval(
-                operation_id=op.operation_id,
-                thread_id=call.thread_id,
-                tool_call_id=call.tool_call_id,
-                decision=kind,
-                intent_hash=op.intent_hash,
-                reviewer=str(answer.get("reviewer") or policy.reviewer),
-                message=decisions[0].get("message"),
-                decided_at=now,
-                expires_at=now + timedelta(seconds=ttl) if ttl else None,
-            )
-        ],
+    reopen = OpenRequest(
+        operation_id=op.operation_id,
+        thread_id=op.thread_id,
+        tool_call_id=op.tool_call_id,
+        tool=op.tool,
+        tool_version=op.tool_version,
+        args=dict(op.args),
+        intent_hash=op.intent_hash,
+        budget=op.budget,
     )
+    approval = Approval(
+        operation_id=op.operation_id,
+        thread_id=call.thread_id,
+        tool_call_id=call.tool_call_id,
+        decision=decisions[0]["type"],
+        intent_hash=op.intent_hash,
+        reviewer=str(answer.get("reviewer") or policy.reviewer),
+        message=decisions[0].get("message"),
+        decided_at=now,
+        expires_at=now + timedelta(seconds=ttl) if ttl else None,
+    )
+    ledger.record_review([reopen], [approval])
     return None

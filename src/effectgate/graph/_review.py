@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from langchain_core.messages import ToolMessage
@@ -329,6 +329,70 @@ def make_review_node(
     return review
 
 
+def _ledger_rows(
+    p: Prepared,
+    d: _Decided,
+    *,
+    thread_id: str,
+    reviewer: str,
+    policy: Policy,
+    now: datetime,
+) -> tuple[OpenRequest, Approval]:
+    """The operation to create-or-get and the approval row for one decided call."""
+    ttl = policy.approval_ttl_s
+    op = OpenRequest(
+        operation_id=d.operation_id,
+        thread_id=thread_id,
+        tool_call_id=p.call.id,
+        tool=p.spec.name,
+        tool_version=p.spec.version,
+        args=p.spec.args_dict(d.args),
+        intent_hash=d.intent_hash,
+        budget=policy.budget,
+    )
+    approval = Approval(
+        operation_id=d.operation_id,
+        thread_id=thread_id,
+        tool_call_id=p.call.id,
+        decision=d.kind,
+        intent_hash=d.intent_hash,
+        reviewer="policy:auto" if p.auto else reviewer,
+        edited_args=p.spec.args_dict(d.args) if d.kind == "edit" else None,
+        message=d.message,
+        decided_at=now,
+        expires_at=now + timedelta(seconds=ttl) if ttl else None,
+    )
+    return op, approval
+
+
+def _send(p: Prepared, d: _Decided, *, thread_id: str, batch_size: int) -> Send:
+    task = EffectTask(
+        thread_id=thread_id,
+        tool_call_id=p.call.id,
+        tool=p.spec.name,
+        args=p.spec.args_dict(d.args),
+        operation_id=d.operation_id,
+        intent_hash=d.intent_hash,
+        edited=d.kind == "edit",
+        batch_size=batch_size,
+    )
+    return Send(effect_node_name(p.spec.name), task)
+
+
+def _unrunnable_answer(p: Prepared, d: _Decided | None) -> ToolMessage | None:
+    """Answer calls that never reach the ledger: in-message duplicates, rejected conflicts."""
+    if p.duplicate_in_message is not None or d is None:
+        return error_message(
+            p.call,
+            "not executed: this call maps to the same operation as call "
+            f"{p.duplicate_in_message} in the same message",
+        )
+    if d.kind == "reject" and p.request["conflict"]:
+        # The operation id belongs to other arguments: record nothing on it.
+        return rejection_message(tool_call_id=p.call.id, tool=p.spec.name, message=d.message)
+    return None
+
+
 def _record_and_route(
     prepared: Sequence[Prepared],
     by_id: Mapping[str, _Decided],
@@ -340,56 +404,18 @@ def _record_and_route(
     clock: Clock,
 ) -> Command[Any]:
     now = clock.now()
-    expires = now + timedelta(seconds=policy.approval_ttl_s) if policy.approval_ttl_s else None
-    opens: list[OpenRequest] = []
-    approvals: list[Approval] = []
+    rows: list[tuple[OpenRequest, Approval]] = []
     messages: list[ToolMessage] = []
-    tasks: list[tuple[Prepared, _Decided]] = []
+    runnable: list[tuple[Prepared, _Decided]] = []
     for p in prepared:
         d = by_id.get(p.call.id)
-        if p.duplicate_in_message is not None or d is None:
-            messages.append(
-                error_message(
-                    p.call,
-                    (
-                        "not executed: this call maps to the same operation as call "
-                        f"{p.duplicate_in_message} in the same message"
-                    ),
-                )
-            )
-            continue
-        if d.kind == "reject" and p.request["conflict"]:
-            # The operation id belongs to other arguments: record nothing on it.
-            messages.append(
-                rejection_message(tool_call_id=p.call.id, tool=p.spec.name, message=d.message)
-            )
+        answer = _unrunnable_answer(p, d)
+        if answer is not None or d is None:
+            messages += [answer] if answer is not None else []
             continue
         if not p.settled:  # a settled operation has nothing left to approve
-            opens.append(
-                OpenRequest(
-                    operation_id=d.operation_id,
-                    thread_id=thread_id,
-                    tool_call_id=p.call.id,
-                    tool=p.spec.name,
-                    tool_version=p.spec.version,
-                    args=p.spec.args_dict(d.args),
-                    intent_hash=d.intent_hash,
-                    budget=policy.budget,
-                )
-            )
-            approvals.append(
-                Approval(
-                    operation_id=d.operation_id,
-                    thread_id=thread_id,
-                    tool_call_id=p.call.id,
-                    decision=d.kind,
-                    intent_hash=d.intent_hash,
-                    reviewer="policy:auto" if p.auto else reviewer,
-                    edited_args=p.spec.args_dict(d.args) if d.kind == "edit" else None,
-                    message=d.message,
-                    decided_at=now,
-                    expires_at=expires,
-                )
+            rows.append(
+                _ledger_rows(p, d, thread_id=thread_id, reviewer=reviewer, policy=policy, now=now)
             )
         if d.kind == "reject":
             messages.append(
@@ -401,25 +427,10 @@ def _record_and_route(
                 )
             )
         else:
-            tasks.append((p, d))
-    if opens:
-        ledger.record_review(opens, approvals)
+            runnable.append((p, d))
+    if rows:
+        ledger.record_review([r[0] for r in rows], [r[1] for r in rows])
     _failpoints.hit(Failpoint.AFTER_REVIEW_RECORDED)
-    sends = [
-        Send(
-            effect_node_name(p.spec.name),
-            EffectTask(
-                thread_id=thread_id,
-                tool_call_id=p.call.id,
-                tool=p.spec.name,
-                args=p.spec.args_dict(d.args),
-                operation_id=d.operation_id,
-                intent_hash=d.intent_hash,
-                edited=d.kind == "edit",
-                batch_size=len(tasks),
-            ),
-        )
-        for p, d in tasks
-    ]
+    sends = [_send(p, d, thread_id=thread_id, batch_size=len(runnable)) for p, d in runnable]
     update = {"messages": messages} if messages else None
     return Command(goto=sends or "agent", update=update)

@@ -264,7 +264,7 @@ class FakeOpenAIServer:
         if self._responder is not None:
             try:
                 return self._responder(body)
-            except Exception as exc:  # a responder bug must reach the test as an error reply
+            except Exception as exc:  # noqa: BLE001 - a responder bug must reach the test as an error reply
                 return error_reply(400, f"FakeOpenAIServer responder raised {exc!r}")
         with self._lock:
             if self._queue:
