@@ -1,0 +1,210 @@
+"""Execute every walkthrough notebook top to bottom, then check the state it left behind.
+
+Each notebook runs in a fresh kernel on this interpreter (``sys.executable``,
+through a kernelspec written into ``tmp_path``), with its working directory
+and its state under ``tmp_path`` (``EFFECTGATE_NOTEBOOK_DIR``). A cell that
+raises, or runs longer than ``CELL_TIMEOUT_S``, fails the test. Afterwards the
+test reads what the notebook's run left in the external systems' own storage
+and in the ledger, so a notebook whose story silently changed fails too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+from effectgate._app import StateDir
+from effectgate.ledger import OpState, SqliteLedger
+from effectgate.testing.oracle import checkpoint_problems, world
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = ROOT / "notebooks"
+NAMES = [
+    "01_quickstart.ipynb",
+    "02_approve_edit_reject.ipynb",
+    "03_kill_and_resume.ipynb",
+    "04_time_travel.ipynb",
+    "05_unknown_outcomes.ipynb",
+]
+CELL_TIMEOUT_S = 60
+KERNEL = "effectgate-test-venv"
+NOTE = "incidents/orders-error-rate.md"
+
+
+def load_make() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("notebooks_make", NOTEBOOK_DIR / "_make.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def kernel_manager(tmp_path: Path) -> KernelManager:
+    """A kernel manager whose only kernel runs ``sys.executable -m ipykernel_launcher``."""
+    spec_dir = tmp_path / "kernels" / KERNEL
+    spec_dir.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec = {"argv": argv, "display_name": "effectgate venv", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    ksm = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
+    return KernelManager(kernel_name=KERNEL, kernel_spec_manager=ksm)
+
+
+def outputs_text(nb: Any) -> str:
+    parts: list[str] = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                parts.append(out["text"])
+            elif "data" in out:
+                parts.append(str(out["data"].get("text/plain", "")))
+    return "\n".join(parts)
+
+
+def the_state(base: Path, name: str) -> StateDir:
+    (workdir,) = base.glob(f"{Path(name).stem}-*")
+    return StateDir(workdir / "state")
+
+
+# --- what each notebook must leave behind ---------------------------------------------------
+
+
+def check_01(sd: StateDir, nb: Any) -> None:
+    w = world(sd)
+    assert (w.tickets, w.mails, list(w.files)) == (1, 1, [NOTE])
+    with SqliteLedger(sd.ledger) as ledger:
+        ops = ledger.list(thread_id="incident-1")
+    assert [op.state for op in ops] == [OpState.SUCCEEDED] * 3
+    assert "TICKET-1" in outputs_text(nb)
+    assert checkpoint_problems(sd.checkpoints, "incident-1") == []
+
+
+def check_02(sd: StateDir, nb: Any) -> None:
+    w = world(sd)
+    assert (w.tickets, w.mails) == (1, 1)
+    assert w.files == {"notes/expiry.md": b"hi\n"}
+    with SqliteLedger(sd.ledger) as ledger:
+        states = {op.tool: op.state for op in ledger.list(thread_id="triage-1")}
+        (mail,) = ledger.list(thread_id="triage-1", tool="send_email")
+        (note,) = ledger.list(thread_id="note-1")
+        note_approvals = [a.decision for a in ledger.approvals(note.operation_id)]
+    assert states == {
+        "create_ticket": OpState.SUCCEEDED,
+        "send_email": OpState.SUCCEEDED,
+        "write_file": OpState.REJECTED,
+    }
+    assert mail.args["to"] == ["oncall@example.com"]
+    assert (note.state, note.attempt, note_approvals) == (OpState.SUCCEEDED, 1, ["approve"] * 2)
+    text = outputs_text(nb)
+    assert '+    "oncall@example.com"' in text and "expired" in text
+
+
+def check_03(sd: StateDir, nb: Any) -> None:
+    w = world(sd)
+    assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
+    with SqliteLedger(sd.ledger) as ledger:
+        ops = {op.tool: op for op in ledger.list(thread_id="incident-1")}
+        ticket_moves = [
+            (e.src, e.dst) for e in ledger.events(operation_id="ticket:orders-error-rate")
+        ]
+    assert {t: op.state for t, op in ops.items()} == dict.fromkeys(ops, OpState.SUCCEEDED)
+    assert (ops["create_ticket"].attempt, ops["create_ticket"].receipt.source) == (1, "reconcile")
+    assert ops["send_email"].receipt.source == "reconcile"
+    assert (OpState.IN_FLIGHT, OpState.UNKNOWN) in ticket_moves
+    assert w.files == {NOTE: ops["write_file"].args["content"].encode()}
+    assert "exit status -9" in outputs_text(nb)
+
+
+def check_04(sd: StateDir, nb: Any) -> None:
+    w = world(sd)
+    assert (w.tickets, w.mails, list(w.files)) == (1, 1, [NOTE])
+    with SqliteLedger(sd.ledger) as ledger:
+        metrics = ledger.metrics()
+        rejected = ledger.list(states=[OpState.REJECTED])
+    assert metrics.by_state["SUCCEEDED"] == 3 and metrics.results_reused > 10
+    # the two re-planned calls with new ids; the conflicting ticket keeps its succeeded row
+    assert sorted(op.tool for op in rejected) == ["send_email", "write_file"]
+    text = outputs_text(nb)
+    assert "stored_intent_hash" in text and "refused:" in text
+
+
+def check_05(sd: StateDir, nb: Any) -> None:
+    w = world(sd)
+    assert (w.tickets, w.mails, w.duplicate_mails) == (1, 1, 0)
+    assert w.files["deploy.log"] == b"orders v2 deployed\n"
+    with SqliteLedger(sd.ledger) as ledger:
+        sources = {op.tool: op.receipt.source for op in ledger.list() if op.receipt}
+        parked = {e.operation_id for e in ledger.events() if e.dst is OpState.NEEDS_RECONCILIATION}
+        assert ledger.metrics().open_unknowns == 0
+    assert sources == {
+        "create_ticket": "reconcile",
+        "send_email": "human",
+        "write_file": "dispatch",
+        "run_shell": "human",
+    }
+    assert len(parked) == 2
+    png = sd.root.parent / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) == 1
+
+
+CHECKS: dict[str, Callable[[StateDir, Any], None]] = dict(
+    zip(NAMES, [check_01, check_02, check_03, check_04, check_05], strict=True)
+)
+
+
+# --- tests ------------------------------------------------------------------------------------
+
+
+def test_every_notebook_is_listed() -> None:
+    assert sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb")) == NAMES
+    readme = (NOTEBOOK_DIR / "README.md").read_text()
+    assert all(f"({name})" in readme for name in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_is_generated_and_stripped(name: str) -> None:
+    """The committed file is exactly what ``_make.py`` builds: no outputs, no counts."""
+    make = load_make()
+    text = (NOTEBOOK_DIR / name).read_text(encoding="utf-8")
+    assert text == make.render(name), f"{name} is stale: run notebooks/_make.py"
+    nb = nbformat.reads(text, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the notebook in a fresh kernel; every cell must pass; then check the state it left."""
+    base = tmp_path / "state"
+    base.mkdir()
+    monkeypatch.setenv("EFFECTGATE_NOTEBOOK_DIR", str(base))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    work = tmp_path / "run"
+    work.mkdir()
+    shutil.copy(NOTEBOOK_DIR / name, work / name)
+    nb = nbformat.read(work / name, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys\nprint(sys.executable)"))
+    client = NotebookClient(
+        nb,
+        km=kernel_manager(tmp_path),
+        timeout=CELL_TIMEOUT_S,
+        resources={"metadata": {"path": str(work)}},
+    )
+    client.execute()
+    assert nb.cells[0].outputs[0]["text"].strip() == sys.executable
+    CHECKS[name](the_state(base, name), nb)
