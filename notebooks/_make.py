@@ -562,9 +562,9 @@ DECISIONS: list[Cell] = [
         Approvals last `Policy.approval_ttl` (one hour by default). If the call has not
         started by then, the approval no longer authorises it: the call goes back to review.
 
-        To show this we use a one-second TTL and a note-writing script, and we stop the run
+        To show this we use a two-second TTL and a note-writing script, and we stop the run
         right after the review step with LangGraph's own `interrupt_after`, as if the worker
-        had been stopped between the review and the effect. Then we wait two seconds and
+        had been stopped between the review and the effect. Then we wait three seconds and
         resume.
         """
     ),
@@ -596,7 +596,7 @@ DECISIONS: list[Cell] = [
             open_agent(
                 state,
                 model=ScriptedChatModel.from_script(NOTE),
-                policy=Policy(approval_ttl=timedelta(seconds=1)),
+                policy=Policy(approval_ttl=timedelta(seconds=2)),
             )
         )
         result = short.start("Write the note.", thread_id="note-1")
@@ -612,7 +612,7 @@ DECISIONS: list[Cell] = [
     ),
     code(
         """
-        time.sleep(2)
+        time.sleep(3)
         result = short.resume("note-1")
         assert result.status is RunStatus.WAITING_REVIEW
         (action,) = result.interrupts[0].value["action_requests"]
@@ -1102,8 +1102,8 @@ UNKNOWN: list[Cell] = [
         """
         ## Tools with short timeouts
 
-        We build the tool list ourselves, with one-second client timeouts, so the timeouts in
-        this notebook take one second each.
+        We build the tool list ourselves, with short timeouts (one second for the ticket and
+        mail clients, two for shell commands), so that this notebook does not wait long.
         """
     ),
     code(
@@ -1121,7 +1121,7 @@ UNKNOWN: list[Cell] = [
         ep = services.endpoints
         tools = [
             *file_tools(state.workspace),
-            shell_tool(state.workspace, timeout_s=1.0),
+            shell_tool(state.workspace, timeout_s=2.0),
             *ticket_tools(ep.ticket_url, timeout_s=1.0),
             *mail_tools(ep.smtp_host, ep.smtp_port, ep.mail_url, timeout_s=1.0),
         ]
@@ -1246,7 +1246,7 @@ UNKNOWN: list[Cell] = [
 
         `run_shell` is **unsafe**: it has no idempotency key and nothing can be asked
         afterwards, so any unknown outcome goes to a human. This command appends a line to a
-        log and then hangs; the tool kills it after its one-second timeout.
+        log and then hangs; the tool kills it after its two-second timeout.
         """
     ),
     code(
