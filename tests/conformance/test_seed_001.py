@@ -11,7 +11,7 @@ worker process killed at a failpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tests.conformance._seedkit import (
     HOLD_S,
     TICKET_OP,
     TITLE,
+    approve,
     create_ticket_spec,
     decisions,
     effect_call,
@@ -121,12 +122,12 @@ def test_4_6_crash_after_commit_recovers_in_a_new_process(
     resumed = run_worker(state_dir, "t1", model=model)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     (ticket,) = services.tickets()
+    log = (state_dir.services / "tickets.log").read_text()[-1500:]
     trail = read_transitions(state_dir.ledger)
-    assert services.stats("tickets")["create_requests"] == 1, trail
+    assert services.stats("tickets")["create_requests"] == 1, (trail, log)
     op = read_op(state_dir.ledger)
     assert (op.state, op.attempt) == (S.SUCCEEDED, 1)
     assert op.receipt is not None and op.receipt.reference == f"TICKET-{ticket['ticket_id']}"
-    trail = read_transitions(state_dir.ledger)
     assert (S.IN_FLIGHT, S.UNKNOWN, 1) in trail and (S.UNKNOWN, S.SUCCEEDED, 1) in trail
     assert _claims(trail) == 1
 
@@ -312,3 +313,27 @@ def test_4_9_a_new_operation_id_creates_a_second_ticket(
         (TICKET_OP, S.SUCCEEDED, 1),
         (f"ticket:{ALERT}-2", S.SUCCEEDED, 1),
     ]
+
+
+def test_4_10_a_sent_write_is_confirmed_after_the_deadline(
+    services: DemoServices, tmp_path: Path
+) -> None:
+    """Seed 001 §4.10: the deadline stops new submissions, not the confirmation of a sent one."""
+    services.set_fault("tickets", "timeout-after-commit", delay_s=HOLD_S)
+    spec = create_ticket_spec(services.endpoints.ticket_url)
+    call = effect_call(spec, {"title": TITLE, "body": BODY, "alert_id": ALERT})
+    with SqliteLedger(tmp_path / "ledger.sqlite3") as ledger:
+        # The answer is lost after the client's 1 s timeout, past this deadline.
+        deadline = ledger.clock.now() + timedelta(seconds=0.8)
+        approve(ledger, spec, call, budget=Budget(deadline_at=deadline))
+        outcome = Dispatcher(ledger, {spec.name: spec}, worker="w").dispatch(call)
+        events = ledger.events(operation_id=call.operation_id)
+    (claimed,) = [e for e in events if e.dst is S.IN_FLIGHT]
+    (settled,) = [e for e in events if e.dst is S.SUCCEEDED]
+    assert claimed.at < deadline <= settled.at
+    assert outcome.status is DispatchStatus.SUCCEEDED
+    op = read_op(tmp_path / "ledger.sqlite3")
+    assert (op.state, op.attempt) == (S.SUCCEEDED, 1)
+    assert op.receipt is not None and op.receipt.source == "reconcile"
+    assert len(services.tickets()) == 1
+    assert services.stats("tickets")["create_requests"] == 1

@@ -173,6 +173,7 @@ def test_receipt_with_another_identity_is_refused_when_recorded(
         1,
         None,
     )
+    assert services.tickets() == []  # the forged receipts stand for no ticket at all
 
 
 def test_stored_receipt_of_another_operation_is_refused_on_read(
