@@ -228,14 +228,6 @@ def test_lost_answers_exhaust_the_budget_without_claiming_failure(
 # ------------------------------------------------------- tool version changes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: graph/_review.py review(): a review answer given to the interrupt that showed "
-        "create_ticket v1 (its intent hash) is applied to the v2 call the node rebuilds on "
-        "resume; the v2 call is approved and executed without being shown to anyone"
-    ),
-)
 def test_version_change_while_the_review_is_pending(
     services: DemoServices, state_dir: StateDir
 ) -> None:
@@ -277,15 +269,6 @@ def test_version_change_after_approval_refuses_the_old_approval(
     assert op.state in (S.APPROVED, S.PROPOSED, S.REJECTED)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: graph/_nodes.py _settle(): when dispatch answers NEEDS_REVIEW because the tool "
-        "version changed, the operation's intent hash still equals the call's (both v1), so "
-        "_settle re-asks for review instead of refusing via _intent_changed; every answer "
-        "(approve or reject) is followed by the same question and the thread never finishes"
-    ),
-)
 def test_version_change_after_approval_answers_the_call_as_not_executed(
     services: DemoServices, state_dir: StateDir
 ) -> None:

@@ -301,7 +301,10 @@ class Agent:
         if decisions is None:
             return None
         check_review_answer(item.value, decisions)
-        return decisions
+        # Bind the answer to what was shown: the node refuses it if the calls
+        # it rebuilds on resume hash differently (e.g. a new tool version).
+        shown = [a["intent_hash"] for a in item.value.get("action_requests", [])]
+        return {**decisions, "shown": shown}
 
     def _verdict_answer(
         self, item: PendingInterrupt, verdicts: Mapping[str, Verdict] | None

@@ -170,7 +170,8 @@ def _settle(
         elif (
             outcome.status is DispatchStatus.NEEDS_REVIEW
             and outcome.operation is not None
-            and outcome.operation.intent_hash == call.intent_hash
+            # a changed tool version is a new intent: refused below, never re-asked
+            and "current_intent_hash" not in outcome.evidence
         ):
             error = _ask_review(
                 call, spec, outcome, ledger=ledger, policy=policy, clock=clock, error=error

@@ -240,7 +240,9 @@ def parse_decisions(
     """Validate a review resume value against the calls that were asked about.
 
     Args:
-        answer: the resume value: ``{"decisions": [...], "reviewer": str?}``.
+        answer: the resume value: ``{"decisions": [...], "reviewer": str?,
+            "shown": [intent_hash, ...]?}``; ``shown`` (filled in by ``Agent``)
+            lists the intent hashes the reviewer saw, in order.
         asked: the calls in the interrupt, in order.
         thread_id: the thread.
         ledger: read to check edited arguments against existing operations.
@@ -250,7 +252,8 @@ def parse_decisions(
 
     Raises:
         DecisionError: wrong shape, wrong count, a decision not allowed for its
-            call, a call named out of order, or edited args the schema refuses.
+            call, a call named out of order, edited args the schema refuses, or
+            ``shown`` hashes that differ from the calls as they are now.
     """
     if not isinstance(answer, Mapping) or not isinstance(answer.get("decisions"), list):
         raise DecisionError(
@@ -266,6 +269,15 @@ def parse_decisions(
     reviewer = answer.get("reviewer")
     if reviewer is not None and not isinstance(reviewer, str):
         raise DecisionError("reviewer must be a string")
+    shown = answer.get("shown")
+    if shown is not None and list(shown) != [p.request["intent_hash"] for p in asked]:
+        # The answer was given to another version of these calls (the tool or
+        # its version changed between the interrupt and the resume): an
+        # approval binds to what the reviewer saw, so ask again.
+        raise DecisionError(
+            "the pending calls changed since they were shown (tool version or arguments); "
+            "review them again"
+        )
     return [
         _decide_one(p, d, thread_id=thread_id, ledger=ledger)
         for p, d in zip(asked, decisions, strict=True)
