@@ -9,6 +9,7 @@ swapped in after review cannot redirect a write. A refusal at execution is
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
 import hashlib
@@ -148,9 +149,25 @@ def _existing_mode(dir_fd: int, name: str) -> int | None:
     return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
 
 
-def _write_temp(dir_fd: int, data: bytes, mode: int | None) -> str:
+def _temp_prefix(operation_id: str) -> str:
+    """Temp files of one operation share a prefix, so a later attempt can find them."""
+    return f".effectgate-{hashlib.sha256(operation_id.encode()).hexdigest()[:16]}-"
+
+
+def _remove_stale_temps(dir_fd: int, prefix: str) -> None:
+    # A process killed between writing its temp file and the rename leaves
+    # it behind (seed 003). The next attempt of the same operation removes it,
+    # so recovery leaves no second artefact.
+    for entry in os.listdir(dir_fd):
+        if entry.startswith(prefix) and entry.endswith(".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry, dir_fd=dir_fd)
+
+
+def _write_temp(dir_fd: int, data: bytes, mode: int | None, prefix: str) -> str:
     """Write ``data`` to a fresh temp file in ``dir_fd``, fsync it, and return its name."""
-    tmp = f".effectgate-{secrets.token_hex(8)}.tmp"
+    _remove_stale_temps(dir_fd, prefix)
+    tmp = f"{prefix}{secrets.token_hex(8)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o666, dir_fd=dir_fd)
     try:
@@ -172,9 +189,10 @@ def _fsync_dirs(loc: Location) -> None:
         os.fsync(fd)
 
 
-def _replace_atomically(loc: Location, name: str, data: bytes) -> None:
+def _replace_atomically(loc: Location, name: str, data: bytes, operation_id: str) -> None:
     """Temp file + fsync + rename + fsync(dir): readers see old or new bytes, never a mix."""
-    tmp = _write_temp(loc.dir_fd, data, _existing_mode(loc.dir_fd, name))
+    prefix = _temp_prefix(operation_id)
+    tmp = _write_temp(loc.dir_fd, data, _existing_mode(loc.dir_fd, name), prefix)
     try:
         # rename does not follow a symlink at ``name``: one swapped in now is replaced.
         os.replace(tmp, name, src_dir_fd=loc.dir_fd, dst_dir_fd=loc.dir_fd)
@@ -236,7 +254,7 @@ class _FileTools:
             _not_applied_on_error("write_file", args.path),
             locate(self.workspace, args.path, missing="create") as loc,
         ):
-            _replace_atomically(loc, _leaf(loc, args.path), data)
+            _replace_atomically(loc, _leaf(loc, args.path), data, ctx.operation_id)
             try:
                 _fsync_dirs(loc)
             except OSError as exc:
