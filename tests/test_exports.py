@@ -29,6 +29,7 @@ PUBLIC = {
         "Verdict",
         "__version__",
         "build_agent",
+        "default_tools",
         "history_problems",
         "make_model",
         "open_agent",

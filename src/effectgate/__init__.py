@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "ToolSpec": "effectgate.tools",
     # app layer
     "StateDir": "effectgate._app",
+    "default_tools": "effectgate._app",
     "open_agent": "effectgate._app",
     # models
     "ScriptedChatModel": "effectgate.models",
@@ -65,13 +66,14 @@ __all__ = [
     "Verdict",
     "__version__",
     "build_agent",
+    "default_tools",
     "history_problems",
     "make_model",
     "open_agent",
 ]
 
 if TYPE_CHECKING:
-    from effectgate._app import StateDir, open_agent
+    from effectgate._app import StateDir, default_tools, open_agent
     from effectgate.dispatch import Dispatcher, Verdict
     from effectgate.graph import (
         Agent,

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.tools import BaseTool
 
+    from effectgate._clock import Clock
     from effectgate.demo.services import ServiceEndpoints
     from effectgate.graph import Agent, Policy
     from effectgate.ledger import Operation
@@ -119,6 +120,7 @@ def open_agent(
     on_event: Callable[[Mapping[str, Any]], None] | None = None,
     on_wait: Callable[[Operation, float], None] | None = None,
     lease_ttl_s: float = 30.0,
+    clock: Clock | None = None,
 ) -> Iterator[Agent]:
     """Open an ``Agent`` on a state directory, and close its files afterwards.
 
@@ -133,6 +135,8 @@ def open_agent(
         on_event: progress hook for streamed updates.
         on_wait: progress hook for backoff waits.
         lease_ttl_s: thread lease lifetime in seconds.
+        clock: time source for approvals, backoff and the ledger (a
+            ``effectgate.testing.FakeClock`` in tests and notebooks).
 
     Yields:
         The agent; its ledger and checkpointer close when the block exits.
@@ -148,7 +152,7 @@ def open_agent(
 
     sd = state_dir if isinstance(state_dir, StateDir) else StateDir.open(state_dir)
     chat = make_model(model, **dict(model_options or {})) if isinstance(model, str) else model
-    ledger = SqliteLedger(sd.ledger)
+    ledger = SqliteLedger(sd.ledger, clock=clock)
     conn = sqlite3.connect(sd.checkpoints, check_same_thread=False, timeout=30.0)
     try:
         saver = SqliteSaver(conn)
@@ -162,6 +166,7 @@ def open_agent(
             on_event=on_event,
             on_wait=on_wait,
             lease_ttl_s=lease_ttl_s,
+            clock=clock,
         )
         yield agent
     finally:
