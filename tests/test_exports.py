@@ -1,4 +1,4 @@
-"""The public surface: every ``__all__`` is sorted, importable, and pinned here (httpx, temporal)."""
+"""The public surface: each ``__all__`` is sorted, importable, and pinned (httpx, temporal)."""
 
 from __future__ import annotations
 
