@@ -30,7 +30,7 @@ def _racer(path: str, name: str, barrier: Barrier, results: Any) -> None:
                 results.put((round_no, name, "won"))
             except ClaimLostError as exc:
                 results.put((round_no, name, f"lost:{exc.current_state}:{exc.current_attempt}"))
-            except Exception as exc:  # report anything else; the parent fails on it
+            except Exception as exc:  # noqa: BLE001 - reported; the parent fails on it
                 results.put((round_no, name, f"error:{type(exc).__name__}:{exc}"))
 
 

@@ -99,7 +99,7 @@ def test_happy_path_and_resume_after_done_does_nothing(
 
 
 def test_review_request_shape(services: DemoServices, state_dir: StateDir) -> None:
-    """The interrupt carries args, preview, kind, operation id, intent hash and allowed decisions."""
+    """The interrupt carries args, preview, kind, operation id, intent hash, allowed decisions."""
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")
         assert result.status is RunStatus.WAITING_REVIEW
@@ -367,7 +367,7 @@ def test_malformed_model_output_becomes_error_messages(
 def test_unknown_outcome_parks_then_human_verdict(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 001 §4.8: timeout after commit and lookups down -> NEEDS_RECONCILIATION, then a verdict."""
+    """Seed 001 §4.8: timeout after commit, lookups down -> NEEDS_RECONCILIATION, then a verdict."""
     services.set_fault("tickets", "ambiguous-unqueryable", delay_s=8)
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")
@@ -404,7 +404,7 @@ def test_unknown_outcome_parks_then_human_verdict(
 def test_verdict_applied_outside_the_graph_is_picked_up(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """A verdict written straight to the ledger (CLI reconcile) lets resume continue without asking."""
+    """A verdict written straight to the ledger (CLI reconcile) lets resume go on without asking."""
     services.set_fault("tickets", "ambiguous-unqueryable", delay_s=8)
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")

@@ -68,4 +68,3 @@ __all__ = [
     "check_transition",
     "full_jitter_delay",
 ]
-
