@@ -27,14 +27,14 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._failpoints import Failpoint
+from effectgate._verdicts import Verdict, apply_verdict, validate_verdict
 from effectgate.errors import (
     ClaimLostError,
-    DecisionError,
     IntentConflictError,
     NotAccepted,
     OutcomeUnknown,
@@ -99,57 +99,6 @@ class Outcome:
     message: str = ""
     evidence: Mapping[str, Any] = field(default_factory=dict)
     """For NEEDS_RECONCILIATION / NEEDS_REVIEW: what is known, for the human."""
-
-
-class Verdict(TypedDict, total=False):
-    """A human's verdict on a NEEDS_RECONCILIATION operation (resume value).
-
-    ``verdict`` is required. ``attempt`` binds the verdict to the attempt it
-    was asked about, so a stored answer is never applied to a later question.
-    """
-
-    verdict: Literal["succeeded", "failed", "retry", "ledger"]
-    attempt: int
-    reference: str
-    """For ``succeeded``: the external reference the human checked (ticket id...)."""
-    evidence: str
-    acknowledge_duplicate_risk: bool
-    """Required ``True`` for ``retry``: a repeat may duplicate the effect."""
-    reviewer: str
-
-
-_VERDICTS = ("succeeded", "failed", "retry", "ledger")
-
-
-def validate_verdict(value: Any) -> Verdict:
-    """Check a reconciliation resume value's shape.
-
-    Args:
-        value: what the resume carried for this interrupt.
-
-    Returns:
-        The value, typed.
-
-    Raises:
-        DecisionError: not a mapping, unknown verdict, ``succeeded`` without a
-            reference, or ``retry`` without ``acknowledge_duplicate_risk: true``.
-    """
-    if not isinstance(value, Mapping):
-        raise DecisionError(f"a reconciliation verdict must be an object, got {value!r}")
-    verdict = value.get("verdict")
-    if verdict not in _VERDICTS:
-        raise DecisionError(f"verdict must be one of {', '.join(_VERDICTS)}; got {verdict!r}")
-    if verdict == "succeeded" and not value.get("reference"):
-        raise DecisionError("verdict 'succeeded' needs a reference: the evidence you checked")
-    if verdict == "retry" and value.get("acknowledge_duplicate_risk") is not True:
-        raise DecisionError(
-            "verdict 'retry' needs acknowledge_duplicate_risk: true; the earlier attempt "
-            "may have taken effect, and a retry may duplicate it"
-        )
-    attempt = value.get("attempt")
-    if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
-        raise DecisionError(f"attempt must be an integer, got {attempt!r}")
-    return Verdict(**value)  # type: ignore[typeddict-item]
 
 
 WaitHook = Callable[[Operation, float], None]
@@ -613,71 +562,12 @@ class Dispatcher:
     # ------------------------------------------------------- human verdicts
 
     def apply_verdict(self, operation_id: str, verdict: Verdict) -> Operation:
-        """Apply a human's reconciliation verdict to a parked operation.
-
-        Idempotent: a verdict for an operation no longer parked, or bound to an
-        earlier attempt, changes nothing.
-
-        Args:
-            operation_id: the parked operation.
-            verdict: a value that passed ``validate_verdict``.
-
-        Returns:
-            The operation after the verdict.
+        """Apply a human's reconciliation verdict; see ``effectgate._verdicts.apply_verdict``.
 
         Raises:
-            DecisionError: ``retry`` with no attempts or time left, or an
-                unknown operation.
+            DecisionError: ``retry`` with no attempts left, or an unknown operation.
         """
-        op = self.ledger.get(operation_id)
-        if op is None:
-            raise DecisionError(f"unknown operation {operation_id!r}")
-        bound = verdict.get("attempt")
-        if (
-            op.state is not OpState.NEEDS_RECONCILIATION
-            or verdict["verdict"] == "ledger"
-            or (bound is not None and bound != op.attempt)
-        ):
-            return op
-        detail = {
-            "verdict": verdict["verdict"],
-            "reviewer": verdict.get("reviewer", "human"),
-            "evidence": verdict.get("evidence", ""),
-        }
-        kind = verdict["verdict"]
-        if kind == "succeeded":
-            receipt = Receipt(
-                operation_id=op.operation_id,
-                intent_hash=op.intent_hash,
-                attempt=op.attempt,
-                result={"reconciled_by": detail["reviewer"], "evidence": detail["evidence"]},
-                reference=verdict.get("reference"),
-                source="human",
-                recorded_at=self.clock.now(),
-            )
-            return self.ledger.transition(
-                op.operation_id, src=op.state, dst=OpState.SUCCEEDED, receipt=receipt, detail=detail
-            )
-        if kind == "failed":
-            return self.ledger.transition(
-                op.operation_id,
-                src=op.state,
-                dst=OpState.FAILED,
-                error=f"a human found it did not take effect: {detail['evidence'] or 'no detail'}",
-                detail=detail,
-            )
-        if op.attempt >= op.budget.max_attempts:
-            raise DecisionError(
-                f"operation {operation_id!r} has used {op.attempt} of "
-                f"{op.budget.max_attempts} attempts; budgets are not extended by a verdict"
-            )
-        return self.ledger.transition(
-            op.operation_id,
-            src=op.state,
-            dst=OpState.RETRY_WAIT,
-            next_attempt_at=self.clock.now(),
-            detail=detail,
-        )
+        return apply_verdict(self.ledger, operation_id, verdict, now=self.clock.now())
 
 
 def _jsonable(value: Any) -> Any:

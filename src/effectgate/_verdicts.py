@@ -1,0 +1,140 @@
+"""Human verdicts on operations whose outcome nobody could know (DESIGN §3).
+
+``NEEDS_RECONCILIATION -> SUCCEEDED | FAILED | RETRY_WAIT`` happens only here,
+from a person's verdict with evidence: in the graph (a reconciliation
+interrupt's answer) or outside it (``effectgate reconcile``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal, TypedDict
+
+from effectgate.errors import DecisionError
+from effectgate.ledger import Ledger, Operation, OpState, Receipt
+
+__all__ = ["Verdict", "apply_verdict", "validate_verdict"]
+
+
+class Verdict(TypedDict, total=False):
+    """A human's verdict on a NEEDS_RECONCILIATION operation (resume value).
+
+    ``verdict`` is required. ``attempt`` binds the verdict to the attempt it
+    was asked about, so a stored answer is never applied to a later question.
+    """
+
+    verdict: Literal["succeeded", "failed", "retry", "ledger"]
+    attempt: int
+    reference: str
+    """For ``succeeded``: the external reference the human checked (ticket id...)."""
+    evidence: str
+    acknowledge_duplicate_risk: bool
+    """Required ``True`` for ``retry``: a repeat may duplicate the effect."""
+    reviewer: str
+
+
+_VERDICTS = ("succeeded", "failed", "retry", "ledger")
+
+
+def validate_verdict(value: Any) -> Verdict:
+    """Check a reconciliation resume value's shape.
+
+    Args:
+        value: what the resume carried for this interrupt.
+
+    Returns:
+        The value, typed.
+
+    Raises:
+        DecisionError: not a mapping, unknown verdict, ``succeeded`` without a
+            reference, or ``retry`` without ``acknowledge_duplicate_risk: true``.
+    """
+    if not isinstance(value, Mapping):
+        raise DecisionError(f"a reconciliation verdict must be an object, got {value!r}")
+    verdict = value.get("verdict")
+    if verdict not in _VERDICTS:
+        raise DecisionError(f"verdict must be one of {', '.join(_VERDICTS)}; got {verdict!r}")
+    if verdict == "succeeded" and not value.get("reference"):
+        raise DecisionError("verdict 'succeeded' needs a reference: the evidence you checked")
+    if verdict == "retry" and value.get("acknowledge_duplicate_risk") is not True:
+        raise DecisionError(
+            "verdict 'retry' needs acknowledge_duplicate_risk: true; the earlier attempt "
+            "may have taken effect, and a retry may duplicate it"
+        )
+    attempt = value.get("attempt")
+    if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
+        raise DecisionError(f"attempt must be an integer, got {attempt!r}")
+    return Verdict(**value)  # type: ignore[typeddict-item]
+
+
+def apply_verdict(
+    ledger: Ledger, operation_id: str, verdict: Verdict, *, now: datetime
+) -> Operation:
+    """Apply a human's reconciliation verdict to a parked operation.
+
+    Idempotent: a verdict for an operation no longer parked, or bound to an
+    earlier attempt, changes nothing.
+
+    Args:
+        ledger: the operation ledger.
+        operation_id: the parked operation.
+        verdict: a value that passed ``validate_verdict``.
+        now: the time recorded on a human receipt and a retry.
+
+    Returns:
+        The operation after the verdict.
+
+    Raises:
+        DecisionError: ``retry`` with no attempts or time left, or an
+            unknown operation.
+    """
+    op = ledger.get(operation_id)
+    if op is None:
+        raise DecisionError(f"unknown operation {operation_id!r}")
+    bound = verdict.get("attempt")
+    if (
+        op.state is not OpState.NEEDS_RECONCILIATION
+        or verdict["verdict"] == "ledger"
+        or (bound is not None and bound != op.attempt)
+    ):
+        return op
+    detail = {
+        "verdict": verdict["verdict"],
+        "reviewer": verdict.get("reviewer", "human"),
+        "evidence": verdict.get("evidence", ""),
+    }
+    kind = verdict["verdict"]
+    if kind == "succeeded":
+        receipt = Receipt(
+            operation_id=op.operation_id,
+            intent_hash=op.intent_hash,
+            attempt=op.attempt,
+            result={"reconciled_by": detail["reviewer"], "evidence": detail["evidence"]},
+            reference=verdict.get("reference"),
+            source="human",
+            recorded_at=now,
+        )
+        return ledger.transition(
+            op.operation_id, src=op.state, dst=OpState.SUCCEEDED, receipt=receipt, detail=detail
+        )
+    if kind == "failed":
+        return ledger.transition(
+            op.operation_id,
+            src=op.state,
+            dst=OpState.FAILED,
+            error=f"a human found it did not take effect: {detail['evidence'] or 'no detail'}",
+            detail=detail,
+        )
+    if op.attempt >= op.budget.max_attempts:
+        raise DecisionError(
+            f"operation {operation_id!r} has used {op.attempt} of "
+            f"{op.budget.max_attempts} attempts; budgets are not extended by a verdict"
+        )
+    return ledger.transition(
+        op.operation_id,
+        src=op.state,
+        dst=OpState.RETRY_WAIT,
+        next_attempt_at=now,
+        detail=detail,
+    )
