@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
+RESULTS_DIR = Path(os.environ.get("EFFECTGATE_BENCH_RESULTS") or BENCH_DIR / "results")
+"""Where results go; the test suite points ``EFFECTGATE_BENCH_RESULTS`` at a temp dir."""
 SYSTEM_PROMPT = "You are a benchmark agent. Call the tools you are told to call."
 TASK = "Record the values."
 APPROVE: dict[str, Any] = {"decisions": [{"type": "approve"}], "reviewer": "bench"}

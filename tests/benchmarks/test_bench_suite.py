@@ -1,0 +1,137 @@
+"""The benchmark suite's own machinery: commit probes, the two systems, the summary.
+
+No timing is asserted anywhere (issue 8): these tests check that the probes
+count what SQLite really committed, that each benchmark step runs exactly one
+side effect in each system, and that the summary states verdicts honestly.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def common() -> Iterator[Any]:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _common
+
+        yield _common
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_probe_classifies_commits_by_sync_level_and_changes(common: Any, tmp_path: Path) -> None:
+    with common.probed_sqlite():
+        conn = sqlite3.connect(tmp_path / "x.sqlite3", isolation_level=None)
+    probe = conn.probe
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (v INTEGER)")
+    conn.execute("PRAGMA synchronous = FULL")
+    for sql in ("INSERT INTO t VALUES (1)", "SELECT * FROM t"):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(sql)
+        conn.execute("COMMIT")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO t VALUES (2)")
+    conn.execute("COMMIT")
+    conn.close()
+    assert probe.counts() == {"durable": 1, "normal": 1, "empty": 1}
+    assert len(probe.lock_waits_ms) == 3
+    rows = sqlite3.connect(tmp_path / "x.sqlite3").execute("SELECT v FROM t").fetchall()
+    assert rows == [(1,), (2,)]
+
+
+def test_probe_counts_legacy_commit_calls(common: Any, tmp_path: Path) -> None:
+    # SqliteSaver's path: implicit BEGIN on the first write, conn.commit() at the end.
+    with common.probed_sqlite():
+        conn = sqlite3.connect(tmp_path / "y.sqlite3")
+    conn.execute("CREATE TABLE t (v INTEGER)")
+    cur = conn.cursor()
+    cur.executemany("INSERT INTO t VALUES (?)", [(1,), (2,)])
+    conn.commit()
+    conn.commit()  # nothing open: not a commit
+    conn.close()
+    assert conn.probe.counts() == {"durable": 1, "normal": 0, "empty": 0}
+    assert len(conn.probe.lock_waits_ms) == 1
+
+
+@pytest.mark.parametrize("name", ["baseline", "effectgate", "effectgate_graph"])
+def test_each_step_runs_exactly_one_effect_and_commits(
+    common: Any, tmp_path: Path, name: str
+) -> None:
+    with common.probed_sqlite():
+        system = common.SYSTEMS[name](tmp_path / name, common.make_script(4))
+        try:
+            system.start("t")
+            assert system.sink == []
+            for k in range(2):
+                system.step("t")
+                assert system.sink == [f"k{j}" for j in range(k + 1)]
+            commits = system.commits()
+        finally:
+            system.close()
+    assert commits["checkpoints"]["durable"] > 0
+    assert ("ledger" in commits) == (name != "baseline")
+
+
+def _doc(results: dict[str, Any], **params: Any) -> str:
+    return json.dumps({"params": params, "results": results})
+
+
+def test_summary_states_unmet_targets(common: Any, tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import run_all
+    finally:
+        sys.path.remove(str(BENCH))
+    spread = {"median": 1.25, "min": 1.2, "max": 1.3, "n": 3}
+    one = {"median": 1.0, "min": 1.0, "max": 1.0, "n": 3}
+    ms = {"median": 20.0, "min": 19.0, "max": 21.0, "n": 3}
+    commits = {
+        "baseline": {"by_file": {"checkpoints": {"durable": 8, "normal": 0, "empty": 0}},
+                     "durable": 8, "all": 8},
+        "effectgate": {"by_file": {"checkpoints": {"durable": 7, "normal": 0, "empty": 0},
+                                   "ledger": {"durable": 4, "normal": 1, "empty": 1}},
+                       "durable": 11, "all": 13},
+    }  # fmt: skip
+    results = {
+        "ms_per_effect": {"baseline": ms, "effectgate": ms},
+        "ratio_vs_baseline": {"baseline": one, "effectgate": spread},
+        "pair_ratio_vs_baseline": {"baseline": one, "effectgate": spread},
+        "commits_per_effect": commits,
+        "fsyncs_per_effect": {"baseline": 8.0, "effectgate": 11.0},
+    }
+    (tmp_path / "side_effect.json").write_text(_doc(results))
+    meta = {"command": "x", "seconds": 1, "machine": common.machine_info()}
+    text = run_all.render(tmp_path, meta)
+    assert "| time per approved side effect / baseline | <= 1.10x | 1.25x (1.20-1.30) |" in text
+    assert "**NOT met**" in text
+    assert "| durable (fsync'd) commits per side effect | <= 8 | 11 (13 commits in all) |" in text
+
+
+def test_quick_floor_bench_writes_json(tmp_path: Path) -> None:
+    env = {
+        "EFFECTGATE_BENCH_QUICK": "1",
+        "EFFECTGATE_BENCH_WORK": str(tmp_path / "work"),
+        "EFFECTGATE_BENCH_RESULTS": str(tmp_path / "results"),
+        "PATH": "/usr/bin:/bin",
+    }
+    subprocess.run(
+        [sys.executable, str(BENCH / "bench_floor.py")], env=env, check=True, timeout=120
+    )
+    doc = json.loads((tmp_path / "results" / "floor.json").read_text())
+    assert doc["quick"] is True
+    assert doc["results"]["commits_per_s"]["wal_full"]["n"] == 2
+    assert doc["results"]["commits_per_s"]["wal_normal"]["median"] > 0
