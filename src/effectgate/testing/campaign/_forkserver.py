@@ -26,6 +26,7 @@ import os
 import random
 import select
 import signal
+import subprocess
 import sys
 import threading
 import traceback
@@ -58,7 +59,7 @@ def _child(request: dict[str, Any]) -> None:
         code = main(list(request["argv"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the child must report and exit, never return
         traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):
@@ -149,8 +150,6 @@ class ForkServer:
     """Start the server process and hand out ``ForkedProcess``es; thread-safe."""
 
     def __init__(self, ready_timeout_s: float = 120.0) -> None:
-        import subprocess
-
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "effectgate.testing.campaign._forkserver"],
             stdin=subprocess.PIPE,
@@ -232,7 +231,7 @@ class ForkServer:
                 self._proc.stdin.close()
         try:
             self._proc.wait(timeout=10)
-        except Exception:
+        except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
 

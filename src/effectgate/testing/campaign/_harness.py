@@ -282,6 +282,7 @@ class _Trial:
     result: TrialResult
     rng: random.Random
     server: ForkServer | None
+    last: _Worker | None = None
 
     def launch(self, *extra: str, env_extra: dict[str, str] | None = None) -> _Worker:
         argv = [
@@ -304,6 +305,7 @@ class _Trial:
         return _Worker(_Popen(argv, env, stdout, stderr), stdout)
 
     def record(self, worker: _Worker, code: int) -> int:
+        self.last = worker
         self.result.exit_codes.append(code)
         if worker.hung:
             self.result.notes.append(f"process {self.result.processes} hung; killed")
@@ -347,6 +349,10 @@ class _Trial:
             code = self.run_once()
         self.result.finished = code == EXIT_DONE
         self.result.held = code == EXIT_HELD
+        if not self.result.finished and self.last is not None:
+            summary = self.last.summary()
+            errors = summary.get("errors") or [summary.get("error")]
+            self.result.notes.append(f"last worker: {summary.get('status')}: {errors[-1]}")
 
 
 # --- scenarios ----------------------------------------------------------------------------
