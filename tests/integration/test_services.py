@@ -211,3 +211,27 @@ def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
     for pid in survivors:  # never leak a server, even when the watchdog is broken
         os.kill(pid, signal.SIGKILL)
     assert survivors == []
+
+
+def test_two_starts_on_one_data_dir_do_not_clobber_each_other(tmp_path: Path) -> None:
+    """Two processes' worth of services on one data dir both get ready (two resumes at once)."""
+    import threading
+
+    results: list[object] = []
+
+    def start() -> None:
+        svc = DemoServices(tmp_path)
+        try:
+            results.append(svc.start())
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            results.append(exc)
+        finally:
+            svc.stop()
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [type(r).__name__ for r in results] == ["ServiceEndpoints"] * 3
+    assert not list(tmp_path.glob(".*.ready.json"))

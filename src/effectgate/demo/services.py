@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -261,8 +262,11 @@ class DemoServices:
         return response.json()
 
     def _launch(self, service: str) -> _Running:
-        ready_file = self.data_dir / f"{service}.ready.json"
-        ready_file.unlink(missing_ok=True)
+        # Each launch waits on its own ready file: two processes starting the
+        # services on one data dir (two `effectgate resume` at once) must not
+        # delete or overwrite each other's. ``<service>.ready.json`` is then
+        # published as a copy, for people and tests.
+        ready_file = self.data_dir / f".{service}.{os.getpid()}.{uuid.uuid4().hex[:8]}.ready.json"
         ports = (
             ["--port", "0"] if service == "tickets" else ["--smtp-port", "0", "--http-port", "0"]
         )
@@ -298,6 +302,9 @@ class DemoServices:
         except BaseException:
             self._terminate(running)
             raise
+        finally:
+            ready_file.unlink(missing_ok=True)
+        write_ready_file(self.data_dir / f"{service}.ready.json", running.ready)
         return running
 
     def _await_ready(
