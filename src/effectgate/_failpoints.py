@@ -13,8 +13,11 @@ import enum
 import os
 import sys
 import threading
+from collections.abc import Iterable
 
-__all__ = ["ENV_VAR", "EXIT_CODE", "Failpoint", "hit"]
+from effectgate.errors import ConfigError
+
+__all__ = ["ENV_VAR", "EXIT_CODE", "Failpoint", "check", "hit"]
 
 ENV_VAR = "EFFECTGATE_FAILPOINT"
 EXIT_CODE = 137
@@ -49,6 +52,53 @@ def _parse(spec: str) -> tuple[str, str | None, int | None]:
     if "@" in name:
         name, _, tool = name.partition("@")
     return name.strip().upper(), tool, nth
+
+
+_PER_TOOL = frozenset(
+    {
+        Failpoint.AFTER_IN_FLIGHT_COMMIT,
+        Failpoint.AFTER_EXTERNAL_COMMIT,
+        Failpoint.AFTER_LEDGER_RESULT,
+        Failpoint.MID_SUPERSTEP,
+    }
+)
+"""Seams reached inside one tool's effect node, where ``@tool`` can select."""
+
+
+def check(effect_tools: Iterable[str], spec: str | None = None) -> None:
+    """Refuse a failpoint setting that could never fire, before any I/O.
+
+    A typo in ``EFFECTGATE_FAILPOINT`` would otherwise make a crash test that
+    never crashes.
+
+    Args:
+        effect_tools: names of the side-effecting tools the agent has.
+        spec: the setting; default: the environment variable (unset: no check).
+
+    Raises:
+        ConfigError: unknown seam name, ``@tool`` naming no effect tool or given
+            for a seam that is not per tool, or ``#n`` not a positive integer.
+    """
+    spec = os.environ.get(ENV_VAR) if spec is None else spec
+    if not spec:
+        return
+    try:
+        name, tool, nth = _parse(spec)
+    except ValueError as exc:
+        raise ConfigError(f"{ENV_VAR}={spec!r}: '#n' must be an integer") from exc
+    names = [fp.value for fp in Failpoint]
+    if name not in names:
+        raise ConfigError(f"{ENV_VAR}={spec!r}: unknown seam {name!r}; one of {', '.join(names)}")
+    tools = sorted(effect_tools)
+    if tool is not None and Failpoint(name) not in _PER_TOOL:
+        raise ConfigError(f"{ENV_VAR}={spec!r}: {name} is not reached per tool; drop '@{tool}'")
+    if tool is not None and tool not in tools:
+        raise ConfigError(
+            f"{ENV_VAR}={spec!r}: no side-effecting tool named {tool!r}; "
+            f"one of {', '.join(tools) or '(none)'}"
+        )
+    if nth is not None and nth < 1:
+        raise ConfigError(f"{ENV_VAR}={spec!r}: '#n' counts from 1")
 
 
 def hit(point: Failpoint, *, tool: str | None = None) -> None:

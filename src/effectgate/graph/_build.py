@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate.dispatch import Dispatcher
 from effectgate.graph._messages import pending_calls
@@ -137,11 +138,14 @@ def build_agent(
 
     Raises:
         ValueError: two tools share a name.
+        ConfigError: ``EFFECTGATE_FAILPOINT`` names a seam or tool that does
+            not exist, so the crash it asks for could never happen.
     """
     policy = policy or Policy()
     clock = clock or SystemClock()
     specs = to_specs(tools)
     effects = {n: s for n, s in specs.items() if not s.is_read}
+    _failpoints.check(effects)
     dispatcher = Dispatcher(
         ledger,
         effects,
