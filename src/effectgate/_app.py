@@ -89,7 +89,10 @@ class StateDir:
             root.mkdir(parents=True, exist_ok=True)
             marker.write_text(json.dumps({"format": _FORMAT}) + "\n")
         else:
-            found = json.loads(marker.read_text() or "{}").get("format")
+            try:
+                found = json.loads(marker.read_text() or "{}").get("format")
+            except (ValueError, AttributeError) as exc:
+                raise ConfigError(f"{marker} is not an effectgate marker file: {exc}") from exc
             if found != _FORMAT:
                 raise ConfigError(f"{marker}: state format {found!r}, expected {_FORMAT}")
         (root / "workspace").mkdir(exist_ok=True)
@@ -105,6 +108,17 @@ def default_tools(workspace: Path, endpoints: ServiceEndpoints | None = None) ->
         tools += ticket_tools(endpoints.ticket_url)
         tools += mail_tools(endpoints.smtp_host, endpoints.smtp_port, endpoints.mail_url)
     return tools
+
+
+def _open_checkpoints(path: Path) -> sqlite3.Connection:
+    """Open the checkpoint file, refusing one that is not an SQLite database."""
+    conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0)
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise ConfigError(f"{path} is not a checkpoint database: {exc}") from exc
+    return conn
 
 
 @contextmanager
@@ -152,8 +166,12 @@ def open_agent(
 
     sd = state_dir if isinstance(state_dir, StateDir) else StateDir.open(state_dir)
     chat = make_model(model, **dict(model_options or {})) if isinstance(model, str) else model
-    ledger = SqliteLedger(sd.ledger, clock=clock)
-    conn = sqlite3.connect(sd.checkpoints, check_same_thread=False, timeout=30.0)
+    conn = _open_checkpoints(sd.checkpoints)
+    try:
+        ledger = SqliteLedger(sd.ledger, clock=clock)
+    except BaseException:
+        conn.close()
+        raise
     try:
         saver = SqliteSaver(conn)
         agent = Agent(

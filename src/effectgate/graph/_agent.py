@@ -30,9 +30,10 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.constants import TASKS
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
-from langgraph.types import Command
+from langgraph.types import Command, Send
 
 from effectgate._clock import Clock
 from effectgate.dispatch import Verdict, validate_verdict
@@ -190,7 +191,8 @@ class Agent:
             not answered, nothing runs and the result says what waits.
 
         Raises:
-            ConfigError: unknown thread.
+            ConfigError: unknown thread, or its pending work needs a tool this
+                agent lacks (nothing runs).
             DecisionError: an answer has the wrong shape; nothing ran.
             ThreadBusyError: another live runner holds the thread.
         """
@@ -203,6 +205,7 @@ class Agent:
                     raise ConfigError(f"unknown thread {thread_id!r}")
                 task = str(record.input.get("task", ""))
                 return self._run(thread_id, {"messages": [HumanMessage(task)]})
+            self._check_nodes(thread_id, snapshot)
             pending = self._interrupts(snapshot)
             if pending:
                 resume = self._resume_map(pending, decisions, verdicts)
@@ -238,6 +241,14 @@ class Agent:
         ops = self.ledger.list(thread_id=thread_id)
         if snapshot.metadata is None:
             return RunResult(thread_id=thread_id, status=RunStatus.NOT_STARTED, operations=ops)
+        missing = self._missing_nodes(thread_id, snapshot)
+        if missing:
+            return RunResult(
+                thread_id=thread_id,
+                status=RunStatus.INCOMPLETE,
+                operations=ops,
+                error=_missing_message(thread_id, missing),
+            )
         pending = self._interrupts(snapshot)
         if pending:
             kind = (
@@ -271,6 +282,23 @@ class Agent:
     @staticmethod
     def _config(thread_id: str) -> RunnableConfig:
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+
+    def _missing_nodes(self, thread_id: str, snapshot: Any) -> list[str]:
+        # LangGraph drops pending tasks for nodes the graph does not have
+        # ("Ignoring unknown node name ...") and would call the thread done:
+        # an agent rebuilt without a tool must say so, not lose the call.
+        wanted = {t.name for t in snapshot.tasks}
+        saver = self.graph.checkpointer
+        if isinstance(saver, BaseCheckpointSaver):
+            stored = saver.get_tuple(self._config(thread_id))
+            sends = stored.checkpoint["channel_values"].get(TASKS, []) if stored else []
+            wanted |= {send.node for send in sends if isinstance(send, Send)}
+        return sorted(wanted - set(self.graph.nodes))
+
+    def _check_nodes(self, thread_id: str, snapshot: Any) -> None:
+        missing = self._missing_nodes(thread_id, snapshot)
+        if missing:
+            raise ConfigError(_missing_message(thread_id, missing))
 
     @staticmethod
     def _interrupts(snapshot: Any) -> list[PendingInterrupt]:
@@ -420,6 +448,13 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
                 raise DecisionError(
                     f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
                 )
+
+
+def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
+    return (
+        f"thread {thread_id!r} has pending work in {', '.join(missing)}, which this agent "
+        "does not have; rebuild it with the same tools the thread started with"
+    )
 
 
 def _owner_is_dead(owner: str) -> bool:
