@@ -135,7 +135,7 @@ class ProbedCursor(sqlite3.Cursor):
         assert isinstance(conn, ProbedConnection)
         return conn.probe
 
-    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
         if self.connection.in_transaction or not sql.lstrip().upper().startswith(_DML):
             return super().execute(sql, parameters)
         t0 = time.perf_counter()
@@ -144,7 +144,7 @@ class ProbedCursor(sqlite3.Cursor):
         finally:
             self._probe().lock_waits_ms.append((time.perf_counter() - t0) * 1e3)
 
-    def executemany(self, sql: str, seq: Any, /) -> sqlite3.Cursor:
+    def executemany(self, sql: str, seq: Any, /) -> Any:
         if self.connection.in_transaction or not sql.lstrip().upper().startswith(_DML):
             return super().executemany(sql, seq)
         t0 = time.perf_counter()
@@ -163,7 +163,7 @@ class ProbedConnection(sqlite3.Connection):
         self.probe.sync = int(super().execute("PRAGMA synchronous").fetchone()[0])
         PROBES.append(self.probe)
 
-    def cursor(self, factory: Any = None) -> Any:  # type: ignore[override]
+    def cursor(self, factory: Any = None) -> Any:
         return super().cursor(factory or ProbedCursor)
 
     def _committed(self) -> None:
@@ -195,7 +195,8 @@ class ProbedConnection(sqlite3.Connection):
             cur = super().execute(sql, parameters)
             self.probe.last_changes = self.total_changes
             return cur
-        return self.cursor().execute(sql, parameters)
+        plain: sqlite3.Cursor = self.cursor().execute(sql, parameters)
+        return plain
 
     def commit(self) -> None:
         was_open = self.in_transaction
@@ -211,7 +212,8 @@ def probed_sqlite() -> Iterator[None]:
 
     def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         kwargs.setdefault("factory", ProbedConnection)
-        return real(*args, **kwargs)
+        conn: sqlite3.Connection = real(*args, **kwargs)
+        return conn
 
     sqlite3.connect = connect  # type: ignore[assignment]
     try:

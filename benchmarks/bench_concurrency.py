@@ -57,7 +57,10 @@ def child_worker(system: str, root: Path, thread: str, calls: int, sync_dir: Pat
             t1 = time.monotonic()
             waits = {p.label.split(".")[0]: list(p.lock_waits_ms) for p in sys_.probes}
             report = {"t0": t0, "t1": t1, "effects": len(sys_.sink) - before, "waits": waits}
-            (sync_dir / f"report-{r}-{thread}.json").write_text(json.dumps(report))
+            # Write, then rename: the parent must never read a half-written report.
+            tmp = sync_dir / f"partial-{r}-{thread}"
+            tmp.write_text(json.dumps(report))
+            tmp.replace(sync_dir / f"report-{r}-{thread}.json")
         # Closing checkpoints the WAL (I/O): wait until no group is being measured.
         _wait_for(sync_dir / "quit")
         sys_.close()
@@ -191,7 +194,11 @@ def main() -> None:
         child_worker(s, Path(d), t, int(n), Path(sync_dir))
         return
     q = c.quick()
-    params = {"workers": [1, 2, 4], "calls_per_worker": 3 if q else 25, "repeats": 2 if q else 3}
+    params: dict[str, Any] = {
+        "workers": [1, 2, 4],
+        "calls_per_worker": 3 if q else 25,
+        "repeats": 2 if q else 3,
+    }
     c.log("concurrency: workers sharing one state directory")
     results = run(params["workers"], params["calls_per_worker"], params["repeats"])
     c.log(f"wrote {c.write_result('concurrency', params, results)}")

@@ -227,7 +227,8 @@ def _delta_state() -> type:
     # Functional syntax: with postponed annotations a class body's hints would be
     # strings naming locals that get_type_hints cannot resolve.
     messages = Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
-    return TypedDict("DeltaAgentState", {"messages": messages})  # type: ignore[operator]
+    DeltaAgentState: type = TypedDict("DeltaAgentState", {"messages": messages})
+    return DeltaAgentState
 
 
 @contextmanager
@@ -291,7 +292,7 @@ class Prototype(c.Effectgate):
         spec, _ = c.record_tools(self.sink)
         self.ledger = SqliteLedger(sd.ledger)
         if self.fixes.dup_sql:
-            self.ledger.store._conn.execute(
+            self.ledger.store._conn.execute(  # type: ignore[attr-defined]
                 "CREATE INDEX IF NOT EXISTS proto_by_intent ON operations (thread_id, intent_hash)"
             )
         self.conn = sqlite3.connect(sd.checkpoints, check_same_thread=False, timeout=30.0)
@@ -413,7 +414,7 @@ def part_b(calls: int, repeats: int) -> dict[str, Any]:
 
 def main() -> None:
     q = c.quick()
-    params = {
+    params: dict[str, Any] = {
         "repeats": 1 if q else 3,
         "steps": 3 if q else 30,
         "warmup": 1 if q else 5,

@@ -92,7 +92,7 @@ def main() -> None:
         if q
         else {"wal_full": 400, "wal_normal": 2000, "fsync_4k": 400}
     )
-    params = {"repeats": 2 if q else 5, "commits_per_run": sizes}
+    params: dict[str, Any] = {"repeats": 2 if q else 5, "commits_per_run": sizes}
     c.log("floor: raw SQLite commits")
     results = measure(params["repeats"], sizes)
     c.log(f"wrote {c.write_result('floor', params, results)}")

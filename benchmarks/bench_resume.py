@@ -112,7 +112,7 @@ def run(sizes: list[int], repeats: int, names: list[str] = SYSTEMS) -> dict[str,
 
 def main() -> None:
     q = c.quick()
-    params = {"sizes": [1, 12 if q else 200], "repeats": 2 if q else 7}
+    params: dict[str, Any] = {"sizes": [1, 12 if q else 200], "repeats": 2 if q else 7}
     c.log(f"resume: after {params['sizes']} calls")
     results = run(params["sizes"], params["repeats"])
     c.log(f"wrote {c.write_result('resume', params, results)}")

@@ -165,7 +165,7 @@ def main() -> None:
         fsync_child(name, int(steps), tmp)
         return
     q = c.quick()
-    params = {
+    params: dict[str, Any] = {
         "repeats": 1 if q else 5,
         "steps": 4 if q else 50,
         "warmup": 1 if q else 5,

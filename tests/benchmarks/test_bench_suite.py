@@ -34,7 +34,7 @@ def common() -> Iterator[Any]:
 def test_probe_classifies_commits_by_sync_level_and_changes(common: Any, tmp_path: Path) -> None:
     with common.probed_sqlite():
         conn = sqlite3.connect(tmp_path / "x.sqlite3", isolation_level=None)
-    probe = conn.probe
+    probe = conn.probe  # type: ignore[attr-defined]
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("CREATE TABLE t (v INTEGER)")
     conn.execute("PRAGMA synchronous = FULL")
@@ -63,8 +63,9 @@ def test_probe_counts_legacy_commit_calls(common: Any, tmp_path: Path) -> None:
     conn.commit()
     conn.commit()  # nothing open: not a commit
     conn.close()
-    assert conn.probe.counts() == {"durable": 1, "normal": 0, "empty": 0}
-    assert len(conn.probe.lock_waits_ms) == 1
+    probe = conn.probe  # type: ignore[attr-defined]
+    assert probe.counts() == {"durable": 1, "normal": 0, "empty": 0}
+    assert len(probe.lock_waits_ms) == 1
 
 
 @pytest.mark.parametrize("name", ["baseline", "effectgate", "effectgate_graph"])
