@@ -433,3 +433,25 @@ def test_resume_with_no_checkpoint_restarts_from_recorded_input(
         assert first.content == TASK
         with pytest.raises(ConfigError, match="unknown thread"):
             agent.resume("never-started")
+
+
+def test_same_task_in_a_second_thread_flags_duplicates(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A second run of the same incident: the ticket is reused, the mail and note are flagged."""
+    with make_agent(state_dir, services) as agent:
+        assert run_approving(agent, "t1").status is RunStatus.DONE
+        first = {op.tool: op.operation_id for op in agent.ledger.list(thread_id="t1")}
+        result = agent.start(TASK, thread_id="t2")
+        # create_ticket maps onto the settled ticket:orders-error-rate: nobody is asked
+        assert result.status is RunStatus.WAITING_REVIEW
+        actions = result.interrupts[0].value["action_requests"]
+        assert [a["name"] for a in actions] == ["send_email", "write_file"]
+        assert [a["possible_duplicate_of"] for a in actions] == [
+            first["send_email"],
+            first["write_file"],
+        ]
+        result = agent.resume("t2", decisions=decide(result, "reject"))
+        assert result.status is RunStatus.DONE
+    assert (world(state_dir).tickets, world(state_dir).mails) == (1, 1)
+    assert services.stats("tickets")["create_requests"] == 1

@@ -19,6 +19,7 @@ from effectgate.errors import (
     LedgerError,
 )
 from effectgate.ledger import UNFINISHED, OpState, SqliteLedger
+from effectgate.ledger._migrations import LATEST_VERSION
 from effectgate.ledger._sqlite import _translate_error
 from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
 
@@ -208,10 +209,34 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
     for led in ledgers:
         led.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    versions = conn.execute("SELECT version FROM schema_version").fetchall()
+    assert versions == [(v,) for v in range(1, LATEST_VERSION + 1)]
     conn.close()
     assert len(ledgers) == 4
 
 
 def vars_of(req: object) -> dict[str, object]:
     return {name: getattr(req, name) for name in req.__dataclass_fields__}  # type: ignore[attr-defined]
+
+
+def test_a_v1_ledger_is_migrated_to_v2_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Opening a ledger written before the intent index adds it; rows survive; no-migrate refuses."""
+    from effectgate.errors import SchemaVersionError
+
+    path = tmp_path / "ledger.sqlite3"
+    with SqliteLedger(path) as ledger:
+        ledger.record_review([make_request("op-1")], [])
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX operations_by_intent")
+    conn.execute("DELETE FROM schema_version WHERE version = 2")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SchemaVersionError):
+        SqliteLedger(path, migrate=False)
+    with SqliteLedger(path) as ledger:
+        (op,) = ledger.list()
+        assert ledger.list(intent_hash=op.intent_hash) == [op]
+    conn = sqlite3.connect(path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    conn.close()
+    assert "operations_by_intent" in names

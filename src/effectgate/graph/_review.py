@@ -57,11 +57,12 @@ class Prepared:
     """The operation already ended with these arguments; dispatch only reads it back."""
 
 
-def _possible_duplicate(
-    ledger: Ledger, thread_id: str, spec: ToolSpec, op_id: str, ihash: str
-) -> str | None:
-    for op in ledger.list(thread_id=thread_id, tool=spec.name, states=[OpState.SUCCEEDED]):
-        if op.intent_hash == ihash and op.operation_id != op_id:
+def _possible_duplicate(ledger: Ledger, op_id: str, ihash: str) -> str | None:
+    # Any thread of this ledger: the same intent that already took effect
+    # elsewhere (a second run of the same task, a re-plan with new call ids)
+    # is worth a human's look, and is never approved by policy alone.
+    for op in ledger.list(intent_hash=ihash, states=[OpState.SUCCEEDED]):
+        if op.operation_id != op_id:
             return op.operation_id
     return None
 
@@ -81,7 +82,7 @@ def _prepare_one(
             "stored_args": dict(existing.args),
             "stored_state": existing.state.value,
         }
-    dup = _possible_duplicate(ledger, thread_id, spec, op_id, ihash)
+    dup = _possible_duplicate(ledger, op_id, ihash)
     ttl = policy.approval_ttl_s
     request = ActionRequest(
         name=spec.name,

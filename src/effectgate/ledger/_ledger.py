@@ -291,6 +291,7 @@ class Ledger(AttemptsMixin):
         thread_id: str | None = None,
         states: Iterable[OpState] | None = None,
         tool: str | None = None,
+        intent_hash: str | None = None,
     ) -> builtins.list[Operation]:
         """Return the operations matching every given filter, validated on load.
 
@@ -298,6 +299,8 @@ class Ledger(AttemptsMixin):
             thread_id: only this thread's operations.
             states: only operations in one of these states.
             tool: only this tool's operations.
+            intent_hash: only operations with this intent (any thread), e.g.
+                to flag a possible duplicate of an earlier action; indexed.
 
         Returns:
             Operations ordered by ``created_at``, then ``operation_id``.
@@ -306,7 +309,9 @@ class Ledger(AttemptsMixin):
             LedgerCorruptError: a matching row fails validation.
         """
         with self._store.read() as r:
-            ops = r.list_operations(thread_id=thread_id, states=states, tool=tool)
+            ops = r.list_operations(
+                thread_id=thread_id, states=states, tool=tool, intent_hash=intent_hash
+            )
         return [verified(op) for op in ops]
 
     def approvals(self, operation_id: str) -> builtins.list[Approval]:

@@ -121,7 +121,12 @@ _V1: tuple[str, ...] = (
     ) STRICT""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1)
+_V2: tuple[str, ...] = (
+    # possible duplicates are looked up by intent across threads at every review
+    "CREATE INDEX operations_by_intent ON operations (intent_hash, state)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2)
 """Statements per version; each runs inside one ``BEGIN IMMEDIATE`` transaction."""
 
 LATEST_VERSION = len(MIGRATIONS) - 1

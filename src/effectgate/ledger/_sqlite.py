@@ -188,6 +188,7 @@ class _Reader:
         thread_id: str | None = None,
         states: Iterable[OpState] | None = None,
         tool: str | None = None,
+        intent_hash: str | None = None,
     ) -> list[Operation]:
         where: list[str] = []
         params: list[Any] = []
@@ -204,6 +205,9 @@ class _Reader:
         if tool is not None:
             where.append("tool = ?")
             params.append(tool)
+        if intent_hash is not None:
+            where.append("intent_hash = ?")  # operations_by_intent (schema v2)
+            params.append(intent_hash)
         sql = SQL_LIST_OPERATIONS + (" WHERE " + " AND ".join(where) if where else "")
         rows = self._conn.execute(sql + SQL_LIST_ORDER, params).fetchall()
         return [codec.operation_from_row(row) for row in rows]

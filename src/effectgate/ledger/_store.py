@@ -132,6 +132,7 @@ class StoreReader(Protocol):
         thread_id: str | None = None,
         states: Iterable[OpState] | None = None,
         tool: str | None = None,
+        intent_hash: str | None = None,
     ) -> list[Operation]:
         """Return operations matching every given filter, by ``created_at``, ``operation_id``."""
         ...
