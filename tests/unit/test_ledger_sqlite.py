@@ -220,7 +220,7 @@ def vars_of(req: object) -> dict[str, object]:
 
 
 def test_a_v1_ledger_is_migrated_to_v2_and_keeps_its_rows(tmp_path: Path) -> None:
-    """Opening a ledger written before the intent index adds it; rows survive; no-migrate refuses."""
+    """A ledger written before the intent index gains it; rows survive; no-migrate refuses."""
     from effectgate.errors import SchemaVersionError
 
     path = tmp_path / "ledger.sqlite3"
