@@ -256,7 +256,7 @@ class Dispatcher:
                 message="a reviewer rejected this call; it was not executed",
             )
         if state is OpState.NEEDS_RECONCILIATION:
-            return self._needs_human(op, spec, "")
+            return self._recheck_parked(call, spec, args, op)
         if state is OpState.IN_FLIGHT:
             return self._in_flight(op, call)
         if state is OpState.UNKNOWN:
@@ -495,6 +495,31 @@ class Dispatcher:
                 op, spec, f"{spec.kind.value} tool: a repeat is safe", known_not_applied=False
             )
         return self._park(op, spec, f"{spec.kind.value} tool: a repeat could duplicate the effect")
+
+    def _recheck_parked(
+        self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
+    ) -> Operation | Outcome:
+        # Evidence may have arrived since the operation was parked (the lookup
+        # service is back): ask again before bothering a human. Only "found"
+        # settles it; anything else still needs the human.
+        if spec.reconciler is not None:
+            lookup = self._lookup(spec, args, call, op)
+            if lookup.status == "found" and lookup.result is not None:
+                receipt = self._receipt(op, lookup.result, source="reconcile")
+                op = self.ledger.transition(
+                    op.operation_id,
+                    src=OpState.NEEDS_RECONCILIATION,
+                    dst=OpState.SUCCEEDED,
+                    receipt=receipt,
+                    detail={"reconcile": lookup.detail or "found on a later look"},
+                )
+                return Outcome(
+                    status=DispatchStatus.SUCCEEDED,
+                    operation=op,
+                    receipt=receipt,
+                    message="reconciled: found on a later lookup",
+                )
+        return self._needs_human(op, spec, "")
 
     def _lookup(self, spec: ToolSpec, args: Any, call: EffectCall, op: Operation) -> Lookup:
         assert spec.reconciler is not None

@@ -297,3 +297,23 @@ def test_deadline_passed_while_waiting_after_unknown(
     out = d.dispatch(call)
     assert out.status is DispatchStatus.NEEDS_RECONCILIATION
     assert script.seen == [1]
+
+
+def test_parked_operation_is_looked_up_again_on_the_next_dispatch(
+    ledger: SqliteLedger, clock: FakeClock
+) -> None:
+    """Once the lookup service is back, a parked operation settles without a human."""
+    script = Script(
+        calls=[raises(OutcomeUnknown("t/o"))],
+        lookups=[
+            Lookup.unavailable("503"),
+            Lookup.unavailable("still 503"),
+            Lookup.found({"id": 9}, "9"),
+        ],
+    )
+    d, call = make(ledger, clock, script, kind=EffectKind.KEYED, reconciler=True)
+    assert d.dispatch(call).status is DispatchStatus.NEEDS_RECONCILIATION
+    assert d.dispatch(call).status is DispatchStatus.NEEDS_RECONCILIATION
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.SUCCEEDED and out.receipt is not None
+    assert out.receipt.source == "reconcile" and script.seen == [1]
