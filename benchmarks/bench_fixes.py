@@ -5,10 +5,6 @@ instance, by patching or subclassing, so its gain can be measured before the
 change is made for real. The fixes (see benchmarks/README.md for the exact
 proposals):
 
-- ``dup_sql``: the review node's possible-duplicate check asks SQLite for the
-  one matching row (``thread_id, tool, intent_hash, state``; index on
-  ``(thread_id, intent_hash)``) instead of loading, decoding and re-hashing every
-  succeeded operation of the thread, twice per side effect (O(thread) -> O(1)).
 - ``lean_status``: ``Agent._run`` builds the result of a run that stopped at an
   interrupt from the streamed ``__interrupt__`` update instead of ``status()``,
   which re-reads the whole checkpoint (``get_state``) and lists every operation
@@ -56,19 +52,6 @@ _LOCAL = threading.local()
 
 
 # ------------------------------------------------------------------------- the fixes
-
-
-def _dup_sql(ledger: Any, thread_id: str, spec: Any, op_id: str, ihash: str) -> str | None:
-    """``_review._possible_duplicate`` as one indexed query (prototype: raw SQL)."""
-    store = ledger.store
-    with store._lock:
-        row = store._conn.execute(
-            "SELECT operation_id FROM operations WHERE thread_id = ? AND intent_hash = ? "
-            "AND tool = ? AND state = 'SUCCEEDED' AND operation_id <> ? "
-            "ORDER BY created_at_ms, operation_id LIMIT 1",
-            (thread_id, ihash, spec.name, op_id),
-        ).fetchone()
-    return None if row is None else str(row[0])
 
 
 def _lean_run(self: Any, thread_id: str, value: Any, *, config: Any = None) -> Any:
@@ -266,7 +249,6 @@ def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
 class Fixes:
     """Which prototype fixes a variant applies."""
 
-    dup_sql: bool = False
     lean_status: bool = False
     lease_normal: bool = False
     writes_normal: bool = False
@@ -291,10 +273,6 @@ class Prototype(c.Effectgate):
         sd = StateDir.open(root)
         spec, _ = c.record_tools(self.sink)
         self.ledger = SqliteLedger(sd.ledger)
-        if self.fixes.dup_sql:
-            self.ledger.store._conn.execute(  # type: ignore[attr-defined]
-                "CREATE INDEX IF NOT EXISTS proto_by_intent ON operations (thread_id, intent_hash)"
-            )
         self.conn = sqlite3.connect(sd.checkpoints, check_same_thread=False, timeout=30.0)
         saver = (_normal_writes_saver if self.fixes.writes_normal else SqliteSaver)(self.conn)
         with _delta_patch() if self.fixes.delta else nullcontext():
@@ -313,21 +291,6 @@ class Prototype(c.Effectgate):
             _apply_resume_cache(self.agent)
         self._claim_probes()
 
-    def _scope(self) -> Any:
-        from effectgate.graph import _review
-
-        if self.fixes.dup_sql:
-            return _patched(_review, "_possible_duplicate", _dup_sql)
-        return nullcontext()
-
-    def start(self, thread_id: str) -> None:
-        with self._scope():
-            super().start(thread_id)
-
-    def step(self, thread_id: str) -> None:
-        with self._scope():
-            super().step(thread_id)
-
     def close(self) -> None:
         self.conn.close()
         self.ledger.close()
@@ -338,23 +301,20 @@ def variant(name: str, fixes: Fixes) -> type[Prototype]:
     return type(f"Proto_{name}", (Prototype,), {"name": name, "fixes": fixes})
 
 
-ALL5 = Fixes(
-    dup_sql=True, lean_status=True, lease_normal=True, writes_normal=True, resume_cache=True
-)
+EVERY_FIX = Fixes(lean_status=True, lease_normal=True, writes_normal=True, resume_cache=True)
 VARIANTS: dict[str, type[c.System]] = {
     "baseline": c.Baseline,
     "effectgate": c.Effectgate,
-    "+dup_sql": variant("+dup_sql", Fixes(dup_sql=True)),
     "+lean_status": variant("+lean_status", Fixes(lean_status=True)),
     "+lease_normal": variant("+lease_normal", Fixes(lease_normal=True)),
     "+writes_normal": variant("+writes_normal", Fixes(writes_normal=True)),
     "+resume_cache": variant("+resume_cache", Fixes(resume_cache=True)),
-    "all_five": variant("all_five", ALL5),
-    "all_five+delta": variant("all_five+delta", replace(ALL5, delta=True)),
+    "all_fixes": variant("all_fixes", EVERY_FIX),
+    "all_fixes+delta": variant("all_fixes+delta", replace(EVERY_FIX, delta=True)),
 }
 c.SYSTEMS.update(VARIANTS)
-ALL = "all_five"
-DELTA = "all_five+delta"
+ALL = "all_fixes"
+DELTA = "all_fixes+delta"
 
 
 # ------------------------------------------------------------------------- part B
