@@ -6,7 +6,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from effectgate.demo import read_mails, read_tickets
+from effectgate.ledger import OpState, SqliteLedger
 
 CLI = [sys.executable, "-m", "effectgate.cli"]
 NOTE = Path("incidents/orders-error-rate.md")
@@ -40,7 +42,7 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def eg(*args: str, timeout: float = 60) -> Ran:
+def eg(*args: str, timeout: float = 60, cwd: Path | None = None) -> Ran:
     """Run ``effectgate ARGS`` with stdin closed (so never interactive) and wait for it."""
     proc = subprocess.run(
         [*CLI, *args],
@@ -50,8 +52,61 @@ def eg(*args: str, timeout: float = 60) -> Ran:
         timeout=timeout,
         env=cli_env(),
         check=False,
+        cwd=cwd,
     )
     return Ran(proc.returncode, proc.stdout, proc.stderr)
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    """Start ``effectgate ARGS`` in the background (stdin closed, output captured)."""
+    return subprocess.Popen(
+        [*CLI, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60) -> Ran:
+    """Wait for a process from ``start`` (killing it if it overstays) and collect it."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return Ran(proc.returncode, out, err)
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler installed for ``signum`` (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def in_flight(state_dir: Path) -> bool:
+    """Whether the state directory's ledger holds an IN_FLIGHT operation."""
+    path = state_dir / "ledger.sqlite3"
+    if not path.exists():
+        return False
+    ledger = SqliteLedger(path)
+    try:
+        return bool(ledger.list(states=[OpState.IN_FLIGHT]))
+    finally:
+        ledger.close()
+
+
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> None:
+    """Poll ``condition`` every 20 ms for up to 30 s while ``proc`` still runs."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        assert proc.poll() is None, (what, proc.communicate())
+        time.sleep(0.02)
 
 
 def world(state_dir: Path) -> dict[str, Any]:

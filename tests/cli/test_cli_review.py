@@ -77,15 +77,27 @@ def test_no_tty_no_flags_waits_for_review_then_decisions_file_finishes(tmp_path:
 
 
 def test_approve_none_rejects_and_nothing_happens(tmp_path: Path) -> None:
-    """``--approve none`` rejects the ticket; the model stops; no external write at all."""
+    """``--approve none`` rejects the ticket; the model stops; no external write at all.
+
+    The thread is done (exit 0), but the output says an operation did not take
+    effect, and ``--json`` counts operations by state.
+    """
     state = tmp_path / "state"
-    ran = eg("demo", "--state-dir", str(state), "--approve", "none", "--json")
+    ran = eg("demo", "--state-dir", str(state), "--thread", "n", "--approve", "none", "--json")
     assert ran.code == 0, ran.stderr
     assert [(op["tool"], op["state"], op["attempt"]) for op in ran.json["operations"]] == [
         ("create_ticket", "REJECTED", 0)
     ]
+    assert ran.json["state_counts"] == {"REJECTED": 1}
     seen = world(state)
     assert (seen["tickets"], seen["mails"], seen["files"]) == ([], [], {})
+    human = eg("resume", "--state-dir", str(state), "--thread", "n")
+    assert human.code == 0, human.stderr
+    flat = " ".join(human.stdout.split())
+    assert "1 operation did not take effect: create_ticket (ticket:orders-error-rate) REJECTED" in (
+        flat
+    )
+    assert "done (exit code 0)" in flat
 
 
 def test_interrupted_decisions_list_stops_waiting(tmp_path: Path) -> None:

@@ -23,6 +23,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     Raises:
         SystemExit: always, with the command's exit code.
     """
+    from effectgate.cli._signals import STOPPER
+
+    # First thing: from here on no SIGINT / SIGTERM kills the process silently
+    # (importing typer, rich and the commands takes a noticeable moment).
+    STOPPER.install()
     from effectgate.cli._app import app
 
     app(args=None if argv is None else list(argv), prog_name="effectgate")

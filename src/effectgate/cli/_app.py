@@ -16,8 +16,9 @@ import typer
 
 from effectgate.cli import _inspect
 from effectgate.cli._exit import EXIT_CODE_HELP
-from effectgate.cli._output import Output, handled
-from effectgate.cli._runs import RunFlags, run_demo, run_resume, run_task
+from effectgate.cli._output import DEFAULT_STATE_DIR, Output, handled
+from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_resume, run_task
+from effectgate.cli._signals import Mode
 
 __all__ = ["app"]
 
@@ -90,8 +91,24 @@ ReviewerOpt = Annotated[
         "--reviewer", help="Name recorded on approvals and verdicts (default: your user name)."
     ),
 ]
+
+
+def _id_flag(value: str | None) -> str | None:
+    """Refuse an empty or blank-padded id: it would silently name another thread."""
+    if value is not None and (not value.strip() or value != value.strip()):
+        raise typer.BadParameter(
+            f"{value!r}: a thread id (or operation id) may not be empty, blank, "
+            "or start or end with whitespace"
+        )
+    return value
+
+
 ThreadOpt = Annotated[
-    str | None, typer.Option("--thread", help="Thread id (default: a new random one).")
+    str | None,
+    typer.Option("--thread", callback=_id_flag, help="Thread id (default: a new random one)."),
+]
+OnlyThreadOpt = Annotated[
+    str | None, typer.Option("--thread", callback=_id_flag, help="Only this thread.")
 ]
 BaseUrlOpt = Annotated[
     str | None,
@@ -101,7 +118,7 @@ ApiKeyOpt = Annotated[
     str | None, typer.Option("--api-key", help="API key (default $OPENAI_API_KEY); never stored.")
 ]
 
-_DEFAULT_STATE = Path(".effectgate")
+_DEFAULT_STATE = DEFAULT_STATE_DIR
 
 
 def _reviewer(name: str | None) -> str:
@@ -156,7 +173,8 @@ def demo(
     the ledger and the external systems' own counts.
     """
     output = Output(json_mode=json_out)
-    with handled(output, thread_id=thread):
+    thread = thread or new_thread_id("demo")
+    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
         code = run_demo(
             _flags(state_dir, approve, decisions, reviewer, crash_at),
             output,
@@ -201,7 +219,8 @@ def run(
     """Start a new thread on TASK with any model and the built-in tools."""
     output = Output(json_mode=json_out)
     options = {"base_url": base_url, "api_key": api_key, "max_retries": max_retries}
-    with handled(output, thread_id=thread):
+    thread = thread or new_thread_id("run")
+    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
         code = run_task(
             _flags(state_dir, approve, decisions, reviewer, crash_at),
             output,
@@ -217,13 +236,23 @@ def run(
 @app.command(epilog=EXIT_CODE_HELP)
 def resume(
     *,
-    thread: Annotated[str, typer.Option("--thread", help="The thread to continue.")],
+    thread: Annotated[
+        str, typer.Option("--thread", callback=_id_flag, help="The thread to continue.")
+    ],
     state_dir: StateDirOpt = _DEFAULT_STATE,
     approve: ApproveOpt = None,
     decisions: DecisionsOpt = None,
     json_out: JsonOpt = False,
     crash_at: CrashOpt = None,
     reviewer: ReviewerOpt = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Use this model spec instead of the one the thread was started with "
+            "(this resume only; it is not stored).",
+        ),
+    ] = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
 ) -> None:
@@ -233,12 +262,13 @@ def resume(
     A finished thread is only reported.
     """
     output = Output(json_mode=json_out)
-    with handled(output, thread_id=thread):
+    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
         code = run_resume(
             _flags(state_dir, approve, decisions, reviewer, crash_at),
             output,
             thread_id=thread,
             model_options={"base_url": base_url, "api_key": api_key},
+            model_spec=model,
         )
     raise typer.Exit(code)
 
@@ -247,10 +277,10 @@ def resume(
 def pending(
     *,
     state_dir: StateDirOpt = _DEFAULT_STATE,
-    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
+    thread: OnlyThreadOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show everything awaiting review or reconciliation."""
+    """Show everything awaiting review or reconciliation (and answers the graph refused)."""
     output = Output(json_mode=json_out)
     with handled(output, thread_id=thread):
         code = _inspect.pending(state_dir, output, thread_id=thread)
@@ -330,7 +360,7 @@ def failpoints() -> None:
 def ledger_list(
     *,
     state_dir: StateDirOpt = _DEFAULT_STATE,
-    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
+    thread: OnlyThreadOpt = None,
     state: Annotated[str | None, typer.Option("--state", help="Only this state.")] = None,
     tool: Annotated[str | None, typer.Option("--tool", help="Only this tool.")] = None,
     json_out: JsonOpt = False,
@@ -369,8 +399,10 @@ def ledger_stats(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = Fa
 def ledger_events(
     *,
     state_dir: StateDirOpt = _DEFAULT_STATE,
-    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
-    operation: Annotated[str | None, typer.Option("--op", help="Only this operation.")] = None,
+    thread: OnlyThreadOpt = None,
+    operation: Annotated[
+        str | None, typer.Option("--op", callback=_id_flag, help="Only this operation.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show the audit trail of state transitions, in order."""

@@ -39,6 +39,11 @@ Say = Callable[[str], None]
 class DecisionSource(Protocol):
     """Answers pending interrupts; ``None`` leaves the thread waiting."""
 
+    interactive: bool
+    """A person answers as the run goes: a refused answer is asked again, not fatal."""
+    strict: bool
+    """Answering only part of what is pending is bad input (exit 2), not a wait."""
+
     def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Return the resume value for one review request, or ``None``."""
         ...
@@ -50,6 +55,9 @@ class DecisionSource(Protocol):
 
 class NoDecisions:
     """Answers nothing: the run stops at the first interrupt (no TTY, no flags)."""
+
+    interactive = False
+    strict = False
 
     def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Leave the review pending."""
@@ -63,16 +71,21 @@ class NoDecisions:
 class BlanketDecisions:
     """``--approve all`` or ``--approve none``: one answer for every call.
 
-    ``all`` approves unsafe calls and possible duplicates too, because the
-    person asked for it, but says so for each. A call whose allowed decisions
-    exclude the blanket answer (approve of a conflicting call) is left for a
-    human. Reconciliation is never answered: no blanket verdict is safe.
+    ``all`` approves unsafe calls too, because the person asked for it, but
+    says so for each. It never approves a possible duplicate of an operation
+    that already succeeded (the same write again, perhaps from another run)
+    nor a call whose allowed decisions exclude approval (a conflicting
+    operation id): the whole request is left for a person, with a note saying
+    why. Reconciliation is never answered: no blanket verdict is safe.
 
     Args:
         approve: ``True`` for ``all``, ``False`` for ``none``.
         reviewer: recorded on the approvals.
         say: where notes go.
     """
+
+    interactive = False
+    strict = False
 
     def __init__(self, *, approve: bool, reviewer: str, say: Say) -> None:
         self.approve = approve
@@ -92,6 +105,15 @@ class BlanketDecisions:
                 allowed = ", ".join(config.get("allowed_decisions", []))
                 self.say(f"{flag}: cannot {wanted} {label} (allowed: {allowed}); left for review")
                 return None
+            duplicate = action.get("possible_duplicate_of")
+            if self.approve and duplicate:
+                # The same effect already happened once: repeating it takes a
+                # person's decision, never a blanket flag (e.g. the demo run twice).
+                self.say(
+                    f"{flag}: {label} is a possible duplicate of {duplicate} — approve it "
+                    "explicitly with --decisions or interactively; left for review"
+                )
+                return None
             if self.approve:
                 self._warn(flag, label, action)
                 decisions.append({"type": "approve", "tool_call_id": action["tool_call_id"]})
@@ -106,7 +128,12 @@ class BlanketDecisions:
         return {"decisions": decisions, "reviewer": self.reviewer}
 
     def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Leave every reconciliation to a human."""
+        """Leave every reconciliation to a human, and say so."""
+        self.say(
+            f"--approve never settles an unknown outcome: {request.get('tool')} "
+            f"({request.get('operation_id')}) needs a verdict (--decisions, a terminal, "
+            "or effectgate reconcile); left pending"
+        )
         return None
 
     def _warn(self, flag: str, label: str, action: Mapping[str, Any]) -> None:
@@ -115,27 +142,42 @@ class BlanketDecisions:
                 f"{flag}: approving UNSAFE call {label}; if its outcome is lost it "
                 "can only end as needs-reconciliation"
             )
-        if action.get("possible_duplicate_of"):
-            self.say(
-                f"{flag}: approving {label}, a possible duplicate of "
-                f"{action['possible_duplicate_of']}"
-            )
 
 
 class FileDecisions:
     """``--decisions FILE``: review answers in order, verdicts by operation id.
 
+    Strict: answering only part of what is pending together is bad input.
+
     Args:
         entries: the validated entries of ``load_decisions_file``.
         reviewer: recorded when an entry names no reviewer.
+        say: where notes go (a pending reconciliation the file does not answer).
     """
 
-    def __init__(self, entries: list[dict[str, Any]], *, reviewer: str) -> None:
+    interactive = False
+    strict = True
+
+    def __init__(
+        self, entries: list[dict[str, Any]], *, reviewer: str, say: Say = lambda text: None
+    ) -> None:
         self._reviews = [entry for entry in entries if "decisions" in entry]
         self._verdicts: dict[str, dict[str, Any]] = {}
         for entry in entries:
             self._verdicts.update(entry.get("verdicts", {}))
+        self._used: set[str] = set()
         self.reviewer = reviewer
+        self.say = say
+
+    @property
+    def verdict_operations(self) -> list[str]:
+        """The operation ids the file holds verdicts for, sorted."""
+        return sorted(self._verdicts)
+
+    @property
+    def unused_verdicts(self) -> list[str]:
+        """Operation ids whose verdict no pending reconciliation asked for, sorted."""
+        return sorted(set(self._verdicts) - self._used)
 
     def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Return the next unused review answer, or ``None`` when the file has no more."""
@@ -152,9 +194,12 @@ class FileDecisions:
 
     def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Return the file's verdict for the request's operation, or ``None``."""
-        given = self._verdicts.get(str(request.get("operation_id")))
+        op_id = str(request.get("operation_id"))
+        given = self._verdicts.get(op_id)
         if given is None:
+            self.say(f"decisions file: no verdict for {op_id}")
             return None
+        self._used.add(op_id)
         return {"reviewer": self.reviewer, **given}
 
 

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from effectgate._failpoints import Failpoint
-from effectgate.cli._output import Output
+from effectgate.cli._output import Output, command_hint
 from effectgate.cli._render import (
     event_json,
     events_table,
+    interrupt_json,
     jsonable,
     metrics_table,
     operation_json,
@@ -119,16 +120,13 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
                         {
                             "thread_id": record.thread_id,
                             "status": status.status.value,
-                            "interrupts": [
-                                {"id": i.id, "kind": i.kind, "value": jsonable(i.value)}
-                                for i in status.interrupts
-                            ],
+                            "interrupts": [interrupt_json(i) for i in status.interrupts],
                         }
                     )
     if output.json_mode:
         output.emit_json({"threads": waiting, "operations": [operation_json(o) for o in ops]})
         return 0
-    _print_pending(output, waiting, ops)
+    _print_pending(output, waiting, ops, state_dir)
     return 0
 
 
@@ -138,7 +136,9 @@ def _states(names: tuple[str, ...]) -> list[Any]:
     return [OpState(name) for name in names]
 
 
-def _print_pending(output: Output, waiting: list[dict[str, Any]], ops: list[Operation]) -> None:
+def _print_pending(
+    output: Output, waiting: list[dict[str, Any]], ops: list[Operation], state_dir: Path
+) -> None:
     if not waiting and not ops:
         output.out.print("nothing is waiting for review or reconciliation")
         return
@@ -160,9 +160,25 @@ def _print_pending(output: Output, waiting: list[dict[str, Any]], ops: list[Oper
                 output.out.print(
                     f"[red]reconciliation[/] thread {escape(entry['thread_id'])}: {escape(what)}"
                 )
+            if item["error"]:
+                output.out.print(f"  [bold red]previous answer refused:[/] {escape(item['error'])}")
     if ops:
         output.out.print(operations_table(ops, title="operations with an unknown outcome"))
-        output.out.print("settle one with: effectgate reconcile OP --succeeded REF | --failed")
+        settle = command_hint(state_dir, "reconcile", "OP", "--succeeded", "REF")
+        output.out.print(escape(f"settle one with: {settle}  (or --failed)"))
+
+
+def _check_ids(
+    ledger: Ledger | None, sd: StateDir, *, thread_id: str | None, operation_id: str | None
+) -> None:
+    """Refuse a ``--thread`` or ``--op`` filter naming nothing in the ledger (exit 2)."""
+    if operation_id is not None and (ledger is None or ledger.get(operation_id) is None):
+        raise ConfigError(f"unknown operation {operation_id!r} in {sd.root}")
+    if thread_id is not None and (
+        ledger is None
+        or (ledger.get_thread(thread_id) is None and not ledger.list(thread_id=thread_id))
+    ):
+        raise ConfigError(f"unknown thread {thread_id!r} in {sd.root} (see effectgate threads)")
 
 
 def ledger_list(
@@ -180,6 +196,7 @@ def ledger_list(
             known = ", ".join(OpState)
             raise ConfigError(f"unknown state {state!r}; states: {known}") from exc
     with _ledger(sd) as ledger:
+        _check_ids(ledger, sd, thread_id=thread_id, operation_id=None)
         ops = ledger.list(thread_id=thread_id, states=states, tool=tool) if ledger else []
     if output.json_mode:
         output.emit_json({"operations": [operation_json(op) for op in ops]})
@@ -230,6 +247,7 @@ def ledger_events(
     """Show the audit trail in append order."""
     sd = _existing(state_dir)
     with _ledger(sd) as ledger:
+        _check_ids(ledger, sd, thread_id=thread_id, operation_id=operation_id)
         events = (
             ledger.events(operation_id=operation_id, thread_id=thread_id)
             if ledger is not None
@@ -294,9 +312,8 @@ def reconcile(
         output.emit_json({"operation": operation_json(op)})
     else:
         output.out.print(operations_table([op], title="reconciled"))
-        output.out.print(
-            "continue the thread with: effectgate resume --thread " + escape(op.thread_id)
-        )
+        resume = command_hint(state_dir, "resume", "--thread", op.thread_id)
+        output.out.print(escape(f"continue the thread with: {resume}"))
     return 0
 
 

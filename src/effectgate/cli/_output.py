@@ -9,9 +9,11 @@ can be piped into ``jq`` as is.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -20,9 +22,13 @@ from rich.markup import escape
 
 from effectgate.cli._exit import ExitCode, code_for_error
 from effectgate.cli._render import dumps
+from effectgate.cli._signals import STOPPER, Mode
 from effectgate.errors import EffectgateError
 
-__all__ = ["Output", "handled"]
+__all__ = ["DEFAULT_STATE_DIR", "Output", "command_hint", "handled", "thread_exists"]
+
+DEFAULT_STATE_DIR = Path(".effectgate")
+"""``--state-dir`` when neither the flag nor ``$EFFECTGATE_STATE_DIR`` is given."""
 
 
 @dataclass(slots=True)
@@ -58,30 +64,96 @@ class Output:
         sys.stdout.flush()
 
 
+def command_hint(state_dir: Path | None, *args: str) -> str:
+    """Spell out an ``effectgate`` command line to copy, with ``--state-dir`` when not the default.
+
+    Args:
+        state_dir: the ``--state-dir`` value as given (``None``: leave it out).
+        args: the command and its arguments, e.g. ``"resume", "--thread", "t1"``.
+
+    Returns:
+        ``effectgate resume --thread t1 --state-dir DIR``, quoted for a POSIX shell.
+    """
+    words = ["effectgate", *args]
+    if state_dir is not None and state_dir != DEFAULT_STATE_DIR:
+        words += ["--state-dir", str(state_dir)]
+    return shlex.join(words)
+
+
+def thread_exists(state_dir: Path, thread_id: str) -> bool | None:
+    """Whether the ledger in ``state_dir`` records ``thread_id``, read without creating anything.
+
+    Returns:
+        ``True`` or ``False``; ``None`` when the ledger cannot be read.
+    """
+    from effectgate.ledger import SqliteLedger
+
+    path = state_dir.expanduser() / "ledger.sqlite3"
+    if not path.is_file():
+        return False
+    try:
+        ledger = SqliteLedger(path)
+        try:
+            return ledger.get_thread(thread_id) is not None
+        finally:
+            ledger.close()
+    except EffectgateError:
+        return None
+
+
+def _interrupted(thread_id: str | None, state_dir: Path | None) -> str:
+    if STOPPER.aborted_by is not None:
+        what = f"aborted by a second {STOPPER.aborted_by}"
+    else:
+        what = STOPPER.reason if STOPPER.requested else "interrupted"
+    if thread_id is None or state_dir is None:
+        return what
+    resume = command_hint(state_dir, "resume", "--thread", thread_id)
+    exists = thread_exists(state_dir, thread_id)
+    if exists:
+        return f"{what}; {resume} continues"
+    if exists is None:
+        return f"{what}; if the thread was started, {resume} continues; else re-run the command"
+    # Nothing recorded the thread, so ``resume`` would answer "unknown thread".
+    return f"{what} before the thread was started: nothing was started; re-run the same command"
+
+
 @contextlib.contextmanager
-def handled(output: Output, *, thread_id: str | None = None) -> Iterator[None]:
+def handled(
+    output: Output,
+    *,
+    thread_id: str | None = None,
+    state_dir: Path | None = None,
+    mode: Mode = Mode.IMMEDIATE,
+) -> Iterator[None]:
     """End the command with the exit code of the error that escapes the block.
 
-    ``EffectgateError`` subclasses map through ``code_for_error``; Ctrl-C
-    outside a run ends with INCOMPLETE (the thread is resumable). Any other
+    ``EffectgateError`` subclasses map through ``code_for_error``. SIGINT and
+    SIGTERM are handled as ``mode`` says (``effectgate.cli._signals``); one
+    that ends the block ends the command with INCOMPLETE and a message saying
+    whether ``resume`` continues the thread or nothing was started. Any other
     exception propagates with its traceback (exit status 1).
 
     Args:
         output: where the message (and, with ``--json``, an error object) goes.
         thread_id: named in the error object and the resume hint, if known.
+        state_dir: where the thread lives (``--state-dir`` as given), for the
+            resume hint; ``None`` for commands that run no thread.
+        mode: what the first signal does while the block runs.
 
     Raises:
         typer.Exit: always, when an error was handled.
     """
     try:
-        yield
+        with STOPPER.command(mode, output.note):
+            yield
     except EffectgateError as exc:
         code = code_for_error(exc)
         _fail(output, code, f"{type(exc).__name__}: {exc}", type(exc).__name__, thread_id)
         raise typer.Exit(int(code)) from None
     except KeyboardInterrupt:
-        hint = f"; effectgate resume --thread {thread_id} continues" if thread_id else ""
-        _fail(output, ExitCode.INCOMPLETE, "aborted" + hint, "KeyboardInterrupt", thread_id)
+        message = _interrupted(thread_id, state_dir)
+        _fail(output, ExitCode.INCOMPLETE, message, "KeyboardInterrupt", thread_id)
         raise typer.Exit(int(ExitCode.INCOMPLETE)) from None
 
 

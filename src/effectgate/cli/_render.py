@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from effectgate.graph import RunResult
+    from effectgate.graph import PendingInterrupt, RunResult
     from effectgate.ledger import Event, LedgerMetrics, Operation, ThreadRecord
 
 __all__ = [
@@ -28,14 +29,18 @@ __all__ = [
     "dumps",
     "event_json",
     "events_table",
+    "interrupt_json",
     "jsonable",
     "metrics_table",
+    "not_taken_effect",
     "operation_json",
     "operation_panel",
     "operations_table",
+    "pending_text",
     "print_summary",
     "result_json",
     "short_hash",
+    "state_counts",
     "thread_json",
     "threads_table",
 ]
@@ -139,12 +144,46 @@ def thread_json(record: ThreadRecord, status: str | None = None) -> dict[str, An
     }
 
 
+def state_counts(ops: Iterable[Operation]) -> dict[str, int]:
+    """Count operations by state (only states that occur), in ``OpState`` order."""
+    from effectgate.ledger import OpState
+
+    counts = Counter(op.state.value for op in ops)
+    return {state.value: counts[state.value] for state in OpState if counts[state.value]}
+
+
+def not_taken_effect(ops: Iterable[Operation]) -> str | None:
+    """Say which operations ended FAILED or REJECTED, or ``None`` if none did."""
+    bad = [op for op in ops if op.state.value in ("FAILED", "REJECTED")]
+    if not bad:
+        return None
+    parts = [
+        f"{op.tool} ({op.operation_id}) {op.state.value}" + (f": {op.error}" if op.error else "")
+        for op in bad
+    ]
+    noun = "operation" if len(bad) == 1 else "operations"
+    return f"{len(bad)} {noun} did not take effect: " + "; ".join(parts)
+
+
+def interrupt_json(item: PendingInterrupt) -> dict[str, Any]:
+    """Describe one pending interrupt: ``id, kind, value`` and the refusal ``error``, if any."""
+    error = item.value.get("error")
+    return {
+        "id": item.id,
+        "kind": item.kind,
+        "value": jsonable(item.value),
+        "error": str(error) if error else None,
+    }
+
+
 def result_json(
     result: RunResult,
     *,
     exit_code: int,
     external: Mapping[str, Any] | None,
     notes: Sequence[str] = (),
+    refused: Sequence[str] = (),
+    stopped_by: str | None = None,
 ) -> dict[str, Any]:
     """Build the single ``--json`` object of ``demo``, ``run`` and ``resume``.
 
@@ -153,23 +192,27 @@ def result_json(
         exit_code: the code the process exits with.
         external: counts read from the external systems' own storage.
         notes: what the CLI decided on the person's behalf.
+        refused: why the graph refused the answers given (then ``error`` says
+            so and ``error_type`` is ``"DecisionError"``).
+        stopped_by: the signal that stopped the command (``"SIGTERM"``), if any.
 
     Returns:
-        ``thread_id, status, exit_code, operations, interrupts, external,
-        final_message, error, notes``.
+        ``thread_id, status, exit_code, operations, state_counts, interrupts,
+        external, final_message, error, error_type, signal, notes``.
     """
+    error = "; ".join(refused) if refused else result.error
     return {
         "thread_id": result.thread_id,
         "status": result.status.value,
         "exit_code": exit_code,
         "operations": [operation_json(op) for op in result.operations],
-        "interrupts": [
-            {"id": item.id, "kind": item.kind, "value": jsonable(item.value)}
-            for item in result.interrupts
-        ],
+        "state_counts": state_counts(result.operations),
+        "interrupts": [interrupt_json(item) for item in result.interrupts],
         "external": jsonable(external) if external is not None else None,
         "final_message": result.final_message,
-        "error": result.error,
+        "error": error,
+        "error_type": "DecisionError" if refused else None,
+        "signal": stopped_by,
         "notes": list(notes),
     }
 
@@ -300,14 +343,21 @@ def print_summary(
         console.print(_external_table(external))
     if result.error:
         console.print(f"[yellow]note:[/] {escape(result.error)}")
+    failed = not_taken_effect(result.operations)
+    if failed:
+        console.print(f"[bold red]{escape(failed)}[/]")
     for item in result.interrupts:
-        console.print(_pending_text(item.kind, item.value))
+        console.print(pending_text(item.kind, item.value))
     status = _STATUS_TEXT.get(result.status.value, result.status.value)
     console.print(f"thread [bold]{escape(result.thread_id)}[/]: {status} (exit code {exit_code})")
 
 
-def _pending_text(kind: str, value: Mapping[str, Any]) -> Text:
+def pending_text(kind: str, value: Mapping[str, Any]) -> Text:
+    """Describe one pending interrupt in a line per call, with the refusal of the last answer."""
     text = Text()
+    if value.get("error"):
+        text.append("previous answer refused: ", style="bold red")
+        text.append(f"{value['error']}\n")
     if kind == "review":
         for action in value.get("action_requests", []):
             text.append("waiting for review: ", style="yellow")

@@ -148,6 +148,9 @@ class TerminalReviewer:
         read: line reader (tests inject one); default ``read_line``.
     """
 
+    interactive = True
+    strict = False
+
     def __init__(self, console: Console, *, reviewer: str, read: ReadLine = read_line) -> None:
         self.console = console
         self.reviewer = reviewer
@@ -156,8 +159,8 @@ class TerminalReviewer:
     def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Ask for a decision on every call of ``request``; ``None`` if the person quits.
 
-        Ctrl-C at a prompt counts as quitting: nothing runs and the thread
-        waits for review.
+        Ctrl-C (or SIGTERM) at a prompt leaves the request pending: nothing
+        runs, and the command ends as any signal ends it (exit 5).
         """
         try:
             return self._review(request)

@@ -10,9 +10,10 @@ metadata, so ``resume`` in a new process rebuilds the same agent.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,20 +27,20 @@ from effectgate.cli._decisions import (
     NoDecisions,
     load_decisions_file,
 )
-from effectgate.cli._exit import code_for_status
-from effectgate.cli._output import Output
+from effectgate.cli._exit import ExitCode, code_for_status
+from effectgate.cli._output import Output, command_hint
 from effectgate.cli._render import print_summary, result_json
 from effectgate.cli._review_ui import TerminalReviewer
 from effectgate.cli._session import (
+    Driven,
     Progress,
-    StopFlag,
     arm_failpoint,
     check_failpoint,
     drive,
     external_counts,
-    stop_on_signals,
 )
-from effectgate.errors import ConfigError
+from effectgate.cli._signals import STOPPER
+from effectgate.errors import ConfigError, DecisionError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -53,9 +54,12 @@ __all__ = [
     "DEMO_TASK",
     "RunFlags",
     "inspection_agent",
+    "new_thread_id",
+    "report",
     "run_demo",
     "run_resume",
     "run_task",
+    "stored_model_spec",
     "thread_record",
 ]
 
@@ -96,11 +100,61 @@ class _Plan:
     prepare: Callable[[DemoServices], None] = field(default=lambda services: None)
 
 
+def new_thread_id(kind: str) -> str:
+    """Return a fresh thread id: ``demo-<8 hex>`` for the demo, 32 hex otherwise."""
+    return f"demo-{uuid.uuid4().hex[:8]}" if kind == "demo" else uuid.uuid4().hex
+
+
+def stored_model_spec(spec: str) -> str:
+    """Return the spec to store for ``resume``: a scripted model's file path made absolute.
+
+    ``resume`` may run from another directory, where a relative path names
+    nothing (or another file). Packaged names and ``openai:`` specs are kept.
+    """
+    provider, sep, rest = spec.partition(":")
+    text = rest.strip()
+    if provider != "scripted" or not sep:
+        return spec
+    if os.sep in text or "/" in text or text.endswith((".yaml", ".yml", ".json")):
+        return f"scripted:{os.path.abspath(Path(text).expanduser())}"
+    return spec
+
+
+def _check_verdict_operations(state_dir: Path, source: FileDecisions, path: Path) -> None:
+    """Refuse verdicts naming operations the ledger does not hold, before anything runs."""
+    from effectgate._app import StateDir
+    from effectgate.ledger import SqliteLedger
+
+    wanted = source.verdict_operations
+    if not wanted:
+        return
+    known: set[str] = set()
+    sd_ledger = state_dir.expanduser() / "ledger.sqlite3"
+    if sd_ledger.is_file():
+        StateDir.open(state_dir, create=False)  # refuses a directory that is not ours
+        ledger = SqliteLedger(sd_ledger)
+        try:
+            known = {op_id for op_id in wanted if ledger.get(op_id) is not None}
+        finally:
+            ledger.close()
+    unknown = [op_id for op_id in wanted if op_id not in known]
+    if unknown:
+        names = ", ".join(repr(op_id) for op_id in unknown)
+        raise DecisionError(
+            f"decisions file {path}: verdicts for unknown operation {names}; "
+            "see effectgate pending or effectgate ledger list"
+        )
+
+
 def _source(flags: RunFlags, output: Output) -> DecisionSource:
     if flags.approve is not None and flags.decisions is not None:
         raise ConfigError("--approve and --decisions exclude each other; give one")
     if flags.decisions is not None:
-        return FileDecisions(load_decisions_file(flags.decisions), reviewer=flags.reviewer)
+        source = FileDecisions(
+            load_decisions_file(flags.decisions), reviewer=flags.reviewer, say=output.note
+        )
+        _check_verdict_operations(flags.state_dir, source, flags.decisions)
+        return source
     if flags.approve is not None:
         return BlanketDecisions(
             approve=flags.approve == "all", reviewer=flags.reviewer, say=output.note
@@ -179,29 +233,82 @@ def _execute(
         )
         output.progress(f"thread {plan.thread_id} (state in {sd.root})")
         arm_failpoint(crash)
-        flag = StopFlag()
-        with stop_on_signals(agent, flag, output.note):
+        if STOPPER.requested:
+            # A signal came while the services or the agent were being set up:
+            # start nothing; ``handled`` says whether ``resume`` continues.
+            raise KeyboardInterrupt
+        with STOPPER.running(agent):
             result = plan.begin(agent)
-        result = drive(agent, result, source, flag=flag, say=output.note)
-    return report(result, sd, output)
+        driven = drive(agent, result, source, stopper=STOPPER, say=output.note)
+    if isinstance(source, FileDecisions) and source.unused_verdicts:
+        unused = ", ".join(source.unused_verdicts)
+        output.note(f"decisions file: verdicts not used (nothing asked for them): {unused}")
+    return report(driven, sd, output, state_dir=flags.state_dir)
 
 
-def report(result: RunResult, sd: StateDir, output: Output) -> int:
-    """Print the summary (or the JSON object) and return the exit code."""
-    code = int(code_for_status(result.status))
+def _exit_code(driven: Driven) -> ExitCode:
+    if driven.refused:
+        return ExitCode.BAD_INPUT
+    if STOPPER.requested:
+        # Documented: once SIGINT / SIGTERM arrived the command ends with 5,
+        # whatever the thread's state; ``status`` says where it stands.
+        return ExitCode.INCOMPLETE
+    return code_for_status(driven.result.status)
+
+
+def report(
+    driven: Driven | RunResult, sd: StateDir, output: Output, *, state_dir: Path | None = None
+) -> int:
+    """Print the summary (or the JSON object) and return the exit code.
+
+    Args:
+        driven: where the thread stands (and any refused answer).
+        sd: the opened state directory (external counts are read from it).
+        output: where to print.
+        state_dir: ``--state-dir`` as given, for the printed next steps.
+
+    Returns:
+        2 if the graph refused an answer, 5 after a signal, else the status's code.
+    """
+    if not isinstance(driven, Driven):
+        driven = Driven(driven)
+    result = driven.result
+    code = _exit_code(driven)
     external = external_counts(sd.services, sd.workspace)
+    if STOPPER.requested:
+        output.note(f"{STOPPER.reason}: the command ends with exit 5")
     if output.json_mode:
-        output.emit_json(result_json(result, exit_code=code, external=external, notes=output.notes))
-    else:
-        print_summary(output.out, result, external=external, exit_code=code)
-        if result.interrupts or code_for_status(result.status) != 0:
-            output.out.print(
-                escape(
-                    f"continue with: effectgate resume --thread "
-                    f"{result.thread_id} --state-dir {sd.root}"
-                )
+        output.emit_json(
+            result_json(
+                result,
+                exit_code=int(code),
+                external=external,
+                notes=output.notes,
+                refused=driven.refused,
+                stopped_by=STOPPER.signal_name,
             )
-    return code
+        )
+    else:
+        print_summary(output.out, result, external=external, exit_code=int(code))
+        for line in _next_steps(result, code, state_dir):
+            output.out.print(escape(line))
+    for line in driven.refused:
+        output.err.print(f"[bold red]error[/] (bad_input, exit 2): {escape(line)}")
+    return int(code)
+
+
+def _next_steps(result: RunResult, code: ExitCode, state_dir: Path | None) -> Sequence[str]:
+    if code == ExitCode.DONE:
+        return []
+    lines = []
+    for item in result.interrupts:
+        if item.kind == "reconciliation":
+            op_id = str(item.value.get("operation_id"))
+            settle = command_hint(state_dir, "reconcile", op_id, "--succeeded", "REF")
+            lines.append(f"settle it with: {settle}  (or --failed)")
+    resume = command_hint(state_dir, "resume", "--thread", result.thread_id)
+    lines.append(f"continue with: {resume}")
+    return lines
 
 
 def _prepare_demo(
@@ -239,7 +346,7 @@ def run_demo(
     if error_rate is not None and not 0.0 <= error_rate <= 1.0:
         raise ConfigError(f"--error-rate must be a fraction in [0, 1], got {error_rate}")
     sd = StateDir.open(flags.state_dir)
-    thread = thread_id or f"demo-{uuid.uuid4().hex[:8]}"
+    thread = thread_id or new_thread_id("demo")
     metadata = {"kind": "demo", "model": DEMO_MODEL, "services": True}
     plan = _Plan(
         thread_id=thread,
@@ -275,9 +382,14 @@ def run_task(
     check_failpoint(flags.crash_at)
     model = _model(model_spec, model_options)
     sd = StateDir.open(flags.state_dir)
-    thread = thread_id or uuid.uuid4().hex
+    thread = thread_id or new_thread_id("run")
     stored = {k: v for k, v in model_options.items() if k != "api_key" and v is not None}
-    metadata = {"kind": "run", "model": model_spec, "services": with_services, **stored}
+    metadata = {
+        "kind": "run",
+        "model": stored_model_spec(model_spec),
+        "services": with_services,
+        **stored,
+    }
     plan = _Plan(
         thread_id=thread,
         model=model,
@@ -288,18 +400,25 @@ def run_task(
 
 
 def run_resume(
-    flags: RunFlags, output: Output, *, thread_id: str, model_options: Mapping[str, Any]
+    flags: RunFlags,
+    output: Output,
+    *,
+    thread_id: str,
+    model_options: Mapping[str, Any],
+    model_spec: str | None = None,
 ) -> int:
     """Continue a thread from where it stopped, with the agent its metadata describes.
 
     A thread that is already done is only reported: nothing starts, nothing
-    is written.
+    is written. ``model_spec`` replaces the stored model for this resume only
+    (the thread record is write-once).
 
     Returns:
         The exit code.
 
     Raises:
-        ConfigError: no such state directory or thread.
+        ConfigError: no such state directory or thread, or a model that
+            cannot be built (the message names the stored spec and ``--model``).
     """
     from effectgate._app import StateDir
 
@@ -311,10 +430,11 @@ def run_resume(
         status = reader.status(thread_id)
     if status.status.value == "done":
         output.progress(f"thread {thread_id} is already done; nothing to resume")
-        return report(status, sd, output)
+        return report(status, sd, output, state_dir=flags.state_dir)
     options = {k: meta.get(k) for k in ("base_url", "max_retries")}
     options.update({k: v for k, v in model_options.items() if v is not None})
-    model = _model(str(meta.get("model", DEMO_MODEL)), options)
+    stored = str(meta.get("model", DEMO_MODEL))
+    model = _resume_model(stored, model_spec, options, output)
     services = bool(meta.get("services", meta.get("kind") == "demo"))
     plan = _Plan(
         thread_id=thread_id,
@@ -323,3 +443,19 @@ def run_resume(
         begin=lambda agent: agent.resume(thread_id),
     )
     return _execute(sd, flags, plan, source, output)
+
+
+def _resume_model(
+    stored: str, override: str | None, options: Mapping[str, Any], output: Output
+) -> BaseChatModel:
+    if override is not None:
+        if override != stored:
+            output.progress(f"model {override} for this resume (the thread's stored one: {stored})")
+        return _model(override, options)
+    try:
+        return _model(stored, options)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc} (the thread's stored model is {stored!r}; "
+            "pass --model to resume it with another)"
+        ) from exc

@@ -1,41 +1,41 @@
 """The plumbing behind ``demo``, ``run`` and ``resume``: drive a thread to a stop.
 
 ``drive`` answers pending interrupts from a ``DecisionSource`` and resumes
-until the thread is done or waits with nothing left to answer. SIGINT and
-SIGTERM ask the agent to stop at the next superstep boundary (a second
-SIGINT aborts at once); the thread stays resumable either way, because every
-effect already went through the ledger (DESIGN §6).
+until the thread is done, waits with nothing left to answer, or the graph
+refuses an answer (the re-asked interrupt carries an ``"error"``). SIGINT and
+SIGTERM (``effectgate.cli._signals``) ask the agent to stop at the next
+superstep boundary and start no new round; the thread stays resumable either
+way, because every effect already went through the ledger (DESIGN §6).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import signal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from effectgate._failpoints import ENV_VAR, Failpoint
 from effectgate.cli._decisions import DecisionSource
-from effectgate.errors import ConfigError
+from effectgate.cli._signals import Stopper
+from effectgate.errors import ConfigError, DecisionError
 
 if TYPE_CHECKING:
     from effectgate.graph import Agent, PendingInterrupt, RunResult
     from effectgate.ledger import Ledger, Operation
 
 __all__ = [
+    "Driven",
     "Progress",
-    "StopFlag",
     "arm_failpoint",
     "check_failpoint",
     "drive",
     "external_counts",
-    "stop_on_signals",
+    "refusals",
 ]
 
 _MAX_ROUNDS = 50
@@ -113,67 +113,83 @@ def external_counts(services_dir: Path, workspace: Path) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class StopFlag:
-    """Set when the person asked the run to stop (SIGINT / SIGTERM)."""
-
-    reason: str | None = None
-
-
-@contextlib.contextmanager
-def stop_on_signals(agent: Agent, flag: StopFlag, say: Say) -> Iterator[None]:
-    """Turn SIGINT / SIGTERM into ``agent.request_stop`` while the block runs.
-
-    The run then ends at the next superstep boundary with every finished
-    effect recorded; a second SIGINT raises ``KeyboardInterrupt`` at once.
-    Outside the main thread this does nothing (signals cannot be caught there).
-    """
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if flag.reason is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        flag.reason = f"stopped by {name}"
-        say(f"{name}: stopping at the next step boundary (Ctrl-C again to abort now)")
-        agent.request_stop(flag.reason)
-
-    try:
-        old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-
-
-@dataclass(slots=True)
 class _Answers:
     decisions: dict[str, Any] | None = None
     verdicts: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Driven:
+    """Where ``drive`` left the thread, and why the graph refused the last answer."""
+
+    result: RunResult
+    refused: list[str] = field(default_factory=list)
+    """One line per re-asked interrupt whose payload carries an ``"error"``."""
+
+
+def refusals(result: RunResult) -> list[str]:
+    """Return why the graph refused the answers it was just given (empty: none refused).
+
+    The review and effect nodes refuse a bad answer by asking again with an
+    ``"error"`` key in the interrupt payload; nothing was dispatched for it.
+    """
+    out = []
+    for item in result.interrupts:
+        error = item.value.get("error")
+        if error:
+            what = (
+                "review answer"
+                if item.kind == "review"
+                else f"verdict for {item.value.get('operation_id')}"
+            )
+            out.append(f"{what} refused: {error}")
+    return out
+
+
+def _ask(
+    source: DecisionSource, stopper: Stopper, ask: Callable[[], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    if not source.interactive:
+        return ask()
+    try:
+        with stopper.prompt():  # a signal must break out of a blocking prompt
+            return ask()
+    except KeyboardInterrupt:
+        return None
+
+
 def _answer(
-    pending: list[PendingInterrupt], source: DecisionSource, ledger: Ledger
+    pending: list[PendingInterrupt], source: DecisionSource, ledger: Ledger, stopper: Stopper
 ) -> _Answers | None:
     answers = _Answers()
+    missing: list[str] = []
     for item in pending:
+        value = item.value
         if item.kind == "review":
-            given = source.review(item.value)
-            if given is None:
-                return None
-            answers.decisions = given
+            answers.decisions = _ask(source, stopper, partial(source.review, value))
+            if answers.decisions is None:
+                names = ", ".join(str(a.get("name")) for a in value.get("action_requests", []))
+                missing.append(f"answer to the review of {names}")
             continue
-        op_id = str(item.value.get("operation_id"))
+        op_id = str(value.get("operation_id"))
         op = ledger.get(op_id)
         if op is not None and op.state.value != "NEEDS_RECONCILIATION":
             continue  # settled by ``effectgate reconcile``; the agent re-reads the ledger
-        verdict = source.verdict(item.value)
+        verdict = _ask(source, stopper, partial(source.verdict, value))
         if verdict is None:
-            return None
-        answers.verdicts[op_id] = verdict
-    return answers
+            missing.append(f"verdict for {op_id}")
+        else:
+            answers.verdicts[op_id] = verdict
+    if not missing:
+        return answers
+    if source.strict and not stopper.requested and (answers.decisions or answers.verdicts):
+        # Pending interrupts are answered in one resume or not at all
+        # (a partial resume would re-run the unanswered nodes).
+        raise DecisionError(
+            f"the answers cover only part of what is pending: no {'; no '.join(missing)}. "
+            "Every pending review and reconciliation is answered together; nothing ran"
+        )
+    return None
 
 
 def _fingerprint(pending: list[PendingInterrupt]) -> str:
@@ -185,43 +201,51 @@ def drive(
     result: RunResult,
     source: DecisionSource,
     *,
-    flag: StopFlag,
+    stopper: Stopper,
     say: Say,
-) -> RunResult:
+) -> Driven:
     """Answer interrupts and resume until the thread is done or nobody can answer.
+
+    A non-interactive source whose answer the graph refuses ends the loop
+    with the refusal (the caller exits 2); a person at a terminal is shown
+    the refusal and asked again.
 
     Args:
         agent: the agent the thread runs on.
         result: where the first ``start`` / ``resume`` left the thread.
         source: where answers come from.
-        flag: set by ``stop_on_signals``; no new round starts once set.
+        stopper: the signal handler; no new round starts once it saw a signal.
         say: where notes go.
 
     Returns:
-        The thread's state when the loop stopped.
+        The thread's state when the loop stopped, and any refusal.
 
     Raises:
-        DecisionError: an answer did not fit the request; nothing ran.
+        DecisionError: an answer did not fit the request, or a strict source
+            answered only part of it; nothing ran for that round.
         ThreadBusyError: another runner took the thread meanwhile.
     """
     answered: set[str] = set()
     for _ in range(_MAX_ROUNDS):
-        if not result.interrupts or flag.reason is not None:
-            return result
+        if not result.interrupts or stopper.requested:
+            return Driven(result)
         key = _fingerprint(result.interrupts)
         if key in answered:
             say("the same request came back after it was answered; leaving it pending")
-            return result
-        answers = _answer(result.interrupts, source, agent.ledger)
+            return Driven(result)
+        answers = _answer(result.interrupts, source, agent.ledger, stopper)
         if answers is None:
-            return result
+            return Driven(result)
         answered.add(key)
-        with stop_on_signals(agent, flag, say):
+        with stopper.running(agent):
             result = agent.resume(
                 result.thread_id, decisions=answers.decisions, verdicts=answers.verdicts or None
             )
+        refused = refusals(result)
+        if refused and not source.interactive:
+            return Driven(result, refused)
     say(f"stopped after {_MAX_ROUNDS} review rounds; resume to continue")
-    return result
+    return Driven(result)
 
 
 class Progress:
