@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,8 @@ import pytest
 from effectgate._failpoints import Failpoint
 from effectgate.cli._decisions import BlanketDecisions, FileDecisions, load_decisions_file
 from effectgate.cli._exit import ExitCode, code_for_error, code_for_status
-from effectgate.cli._session import check_failpoint
+from effectgate.cli._session import check_failpoint, drive
+from effectgate.cli._signals import Mode, Stopper
 from effectgate.errors import (
     ConfigError,
     DecisionError,
@@ -20,7 +23,7 @@ from effectgate.errors import (
     ThreadBusyError,
     ToolCallError,
 )
-from effectgate.graph import RunStatus
+from effectgate.graph import PendingInterrupt, RunResult, RunStatus
 
 
 @pytest.mark.parametrize(
@@ -168,3 +171,92 @@ def test_decisions_file_shapes_are_checked(tmp_path: Path, text: str) -> None:
     path.write_text(text)
     with pytest.raises(DecisionError, match=r"bad\.json"):
         load_decisions_file(path)
+
+
+def test_stopper_first_signal_asks_to_stop_and_the_second_aborts() -> None:
+    """GRACEFUL: the first SIGTERM only asks (its note promises what is true); the second raises."""
+    notes: list[str] = []
+    stopper = Stopper()
+    stopper.mode, stopper.say = Mode.GRACEFUL, notes.append
+    stopper._handle(signal.SIGTERM, None)
+    assert (stopper.requested, stopper.reason) == (True, "stopped by SIGTERM")
+    assert notes == [
+        "SIGTERM: stopping at the next step boundary (a second SIGTERM or Ctrl-C aborts now)"
+    ]
+    with pytest.raises(KeyboardInterrupt):
+        stopper._handle(signal.SIGTERM, None)
+    assert stopper.aborted_by == "SIGTERM"
+
+
+def test_stopper_breaks_a_prompt_and_forwards_the_stop_to_a_run() -> None:
+    """At a prompt the first signal raises; during a run it reaches ``request_stop``."""
+    stopper = Stopper()
+    stopper.mode = Mode.GRACEFUL
+    with stopper.prompt(), pytest.raises(KeyboardInterrupt):
+        stopper._handle(signal.SIGINT, None)
+
+    class Run:
+        def __init__(self) -> None:
+            self.reasons: list[str] = []
+
+        def request_stop(self, reason: str = "stop requested") -> None:
+            self.reasons.append(reason)
+
+    run = Run()
+    with stopper.running(run):
+        time.sleep(0.2)
+    assert run.reasons and set(run.reasons) == {"stopped by SIGINT"}
+
+
+class _FakeAgent:
+    """Answers every resume by asking again with an error, as the review node does."""
+
+    ledger = None
+
+    def __init__(self) -> None:
+        self.resumes = 0
+
+    def resume(self, thread_id: str, **answers: Any) -> RunResult:
+        self.resumes += 1
+        return _waiting(error="edited arguments refused: no")
+
+    def request_stop(self, reason: str = "") -> None:
+        """Nothing runs, so nothing stops."""
+
+
+def _waiting(error: str | None = None) -> RunResult:
+    value: dict[str, Any] = dict(_request("keyed"))
+    if error:
+        value["error"] = error
+    interrupt = PendingInterrupt(id=f"i{bool(error)}", value=value)
+    return RunResult(thread_id="t", status=RunStatus.WAITING_REVIEW, interrupts=[interrupt])
+
+
+def test_drive_stops_at_a_refusal_unless_a_person_answers() -> None:
+    """A flag's refused answer ends the loop with the error; a terminal is asked again."""
+    agent = _FakeAgent()
+    blanket = BlanketDecisions(approve=True, reviewer="r", say=lambda text: None)
+    driven = drive(agent, _waiting(), blanket, stopper=Stopper(), say=lambda text: None)  # type: ignore[arg-type]
+    assert driven.refused == ["review answer refused: edited arguments refused: no"]
+    assert agent.resumes == 1
+
+    class Person(BlanketDecisions):
+        interactive = True
+
+    person = Person(approve=True, reviewer="r", say=lambda text: None)
+    again = _FakeAgent()
+    driven = drive(again, _waiting(), person, stopper=Stopper(), say=lambda text: None)  # type: ignore[arg-type]
+    assert driven.refused == []
+    assert again.resumes == 2  # asked again once; the same refusal twice ends the loop
+
+
+def test_approve_all_never_approves_a_possible_duplicate() -> None:
+    """A possible duplicate leaves the whole request for a person, with the reason."""
+    notes: list[str] = []
+    request = _request("keyed", "idempotent")
+    request["action_requests"][1]["possible_duplicate_of"] = "op-earlier"
+    assert BlanketDecisions(approve=True, reviewer="r", say=notes.append).review(request) is None
+    assert notes == [
+        "--approve all: tool1 (op1) is a possible duplicate of op-earlier — approve it "
+        "explicitly with --decisions or interactively; left for review"
+    ]

@@ -65,7 +65,8 @@ ApproveOpt = Annotated[
     typer.Option(
         "--approve",
         case_sensitive=False,
-        help="Answer every review: 'all' approves (unsafe calls too, with a note), 'none' rejects.",
+        help="Answer every review: 'all' approves (unsafe calls too, with a note; never a "
+        "possible duplicate or a conflict: those are left for a person), 'none' rejects.",
     ),
 ]
 DecisionsOpt = Annotated[
