@@ -6,7 +6,7 @@
 
 Each benchmark runs in its own process (so no patch or import state leaks
 from one to the next), in this order: floor, side_effect, storage (leaves the
-long threads for resume), resume, restart, concurrency, fixes, ledger. All
+long threads for resume), resume, restart, concurrency, fixes, recovery, ledger. All
 scratch files go to one work directory on the same disk (``--work-dir``,
 default a new directory under the system temp dir), removed at the end unless
 ``--keep-work``. ``make bench`` runs the full suite.
@@ -36,6 +36,7 @@ BENCHES = [
     "restart",
     "concurrency",
     "fixes",
+    "recovery",
     "ledger",
 ]
 
@@ -157,12 +158,34 @@ def _target_ledger(lg: dict[str, Any]) -> list[str]:
     label = f"{top // 1000}k" if top < 1_000_000 else f"{top // 1_000_000}M"
     return [
         _row(
-            f"ledger recovery scan, {label} / 1k rows (medians)", "<= 1.5x", f"{rec:.2f}x",
+            f"bench_ledger.py: recover_in_flight, {label} / 1k rows (medians, sequential)",
+            "<= 1.5x", f"{rec:.2f}x",
             _verdict(rec, 1.5), "-", "-",
         ),
         _row(
-            f"ledger get by id, {label} / 1k rows (medians)", "<= 3x", f"{get:.2f}x",
+            f"bench_ledger.py: get by id, {label} / 1k rows (medians, sequential)", "<= 3x",
+            f"{get:.2f}x",
             _verdict(get, 3), "-", "-",
+        ),
+    ]  # fmt: skip
+
+
+def _target_recovery(rc: dict[str, Any]) -> list[str]:
+    lo, hi = rc["params"]["sizes"]
+    label = f"{hi // 1000}k" if hi < 1_000_000 else f"{hi // 1_000_000}M"
+    r = rc["results"]
+    scan = r[f"scan_ms_ratio_{hi}_over_{lo}"]
+    rec = r[f"recover_ms_ratio_{hi}_over_{lo}"]
+    get = r[f"get_us_ratio_{hi}_over_{lo}"]
+    return [
+        _row(
+            f"ledger recovery scan, {label} / 1k operations (interleaved, paired)", "<= 1.5x",
+            f"{_f(scan, 'x')}; with its writes: {_f(rec, 'x')}", _verdict(scan["median"], 1.5),
+            "-", "-",
+        ),
+        _row(
+            f"ledger get by id, {label} / 1k operations (interleaved, paired)", "<= 3x",
+            _f(get, "x"), _verdict(get["median"], 3), "-", "-",
         ),
     ]  # fmt: skip
 
@@ -180,6 +203,8 @@ def _targets(docs: dict[str, Any]) -> list[str]:
         rows += _target_storage(docs["storage"], fx)
     if docs.get("resume"):
         rows += _target_resume(docs["resume"], fx)
+    if docs.get("recovery"):
+        rows += _target_recovery(docs["recovery"])
     if docs.get("ledger"):
         rows += _target_ledger(docs["ledger"])
     return rows
@@ -330,6 +355,19 @@ def _concurrency(doc: dict[str, Any] | None) -> list[str]:
     return out
 
 
+def _recovery(doc: dict[str, Any] | None) -> list[str]:
+    if not doc:
+        return []
+    r, sizes = doc["results"], doc["params"]["sizes"]
+    out = ["| operations | scan ms | recover_in_flight ms | get by id us |", "|---|---|---|---|"]
+    for n in sizes:
+        k = str(n)
+        out.append(
+            _row(f"{n:,}", _f(r["scan_ms"][k], "", 3), _f(r["recover_ms"][k]), _f(r["get_us"][k]))
+        )
+    return out
+
+
 def _ledger(doc: dict[str, Any] | None) -> list[str]:
     if not doc:
         return []
@@ -372,7 +410,7 @@ def _fix_docs(docs: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, An
 
 def render(results: Path, meta: dict[str, Any]) -> str:
     """The Markdown summary of whatever results/*.json exist."""
-    names = ["floor", "side_effect", "storage", "resume", "restart", "concurrency", "fixes"]
+    names = [b for b in BENCHES if b != "ledger"]
     docs: dict[str, Any] = {n: _load(results, n) for n in [*names, "ledger"]}
     fix_storage, fix_resume = _fix_docs(docs)
     sections = [
@@ -389,6 +427,7 @@ def render(results: Path, meta: dict[str, Any]) -> str:
             "Worker processes on distinct threads, one state dir",
             _concurrency(docs.get("concurrency")),
         ),
+        ("Ledger scaling, sizes interleaved (bench_recovery.py)", _recovery(docs.get("recovery"))),
         ("Ledger scaling (bench_ledger.py)", _ledger(docs.get("ledger"))),
         ("Checks", _fixes_checks(docs)),
     ]
