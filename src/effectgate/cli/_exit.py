@@ -7,13 +7,15 @@ code   name                        meaning
 =====  ==========================  ==================================================
 0      DONE                        the thread finished (or the command succeeded)
 1      ERROR                       an unexpected error; the thread stays resumable
-2      BAD_INPUT                   usage error, malformed decisions file, unknown
-                                   thread, state directory not ours, bad model spec
+2      BAD_INPUT                   usage error, malformed decisions file, an answer
+                                   the graph refused, unknown thread or operation,
+                                   state directory not ours, bad model spec
 3      WAITING_RECONCILIATION      an outcome is unknown; a human verdict is needed
                                    (seed 001 uses 3 for NEEDS_RECONCILIATION)
 4      WAITING_REVIEW              side effects await approve / edit / reject
-5      INCOMPLETE                  stopped early (Ctrl-C, SIGTERM, model error);
-                                   ``effectgate resume`` continues
+5      INCOMPLETE                  stopped early (model error), or SIGINT / SIGTERM
+                                   received at any point; ``effectgate resume``
+                                   continues (or, if nothing started, a re-run)
 75     BUSY                        another live process holds the thread (EX_TEMPFAIL)
 137    KILLED                      the process died at a failpoint (``--crash-at``)
 =====  ==========================  ==================================================
@@ -68,9 +70,10 @@ _STATUSES: dict[str, ExitCode] = {
 }
 
 EXIT_CODE_HELP = (
-    "Exit codes: 0 done; 1 error; 2 bad input (usage, decisions file, unknown thread, "
-    "state directory not ours); 3 waiting for reconciliation; 4 waiting for review; "
-    "5 incomplete (stopped early, resumable); 75 thread busy; 137 killed at a failpoint."
+    "Exit codes: 0 done; 1 error; 2 bad input (usage, decisions file, an answer the graph "
+    "refused, unknown thread or operation, state directory not ours); 3 waiting for "
+    "reconciliation; 4 waiting for review; 5 incomplete (stopped early, or SIGINT / SIGTERM "
+    "received; resumable); 75 thread busy; 137 killed at a failpoint."
 )
 """One paragraph for ``--help`` texts."""
 
