@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effectgate._app import StateDir
+from effectgate.testing.campaign._oracle import THREAD, judge
 from effectgate.testing.campaign._systems import (
-    EFFECT_LEDGER_DB,
-    EFFECT_LEDGER_SCOPE,
     EXIT_BUSY,
     EXIT_DONE,
     EXIT_HELD,
@@ -89,8 +88,6 @@ PLAIN_SEAMS = (
 """The same moments in the plain tools (``CAMPAIGN_KILL``): approved/claimed but not sent;
 the external system committed; the result recorded but not checkpointed."""
 
-THREAD = "incident"
-NOTE = "incidents/orders-error-rate.md"
 _READY_TIMEOUT_S = 90.0
 _POLL_S = 0.005
 _SEAM_VARS = ("EFFECTGATE_FAILPOINT", "CAMPAIGN_KILL")
@@ -139,6 +136,8 @@ class TrialResult:
     """The last worker reported the thread done."""
     held: bool = False
     """The thread stopped waiting for a human (reconciliation / unresolved)."""
+    stalled: bool = False
+    """The driver could not move the thread at all (two processes in a row)."""
     tickets: int = 0
     mails: int = 0
     duplicate_tickets: int = 0
@@ -332,9 +331,14 @@ class _Trial:
             self.result.kills += 1
         return code
 
+    def _stalled(self) -> bool:
+        if self.last is None:
+            return False
+        return str(self.last.summary().get("status", "")).startswith("stalled")
+
     def finish(self, last: int | None) -> None:
         """Start new workers until the thread is done, held for a human, or the bound."""
-        held = 0
+        held = stalled = 0
         code = last
         for _ in range(self.spec.max_runs):
             if code == EXIT_DONE:
@@ -343,12 +347,17 @@ class _Trial:
                 if held >= _HELD_RETRIES:
                     break
                 held += 1
+            if self._stalled():
+                stalled += 1
+                if stalled > _HELD_RETRIES:
+                    break  # two fresh processes could not move the thread at all
             if code == EXIT_BUSY:
                 time.sleep(_BUSY_PAUSE_S)
             self.result.resumes += 1
             code = self.run_once()
         self.result.finished = code == EXIT_DONE
         self.result.held = code == EXIT_HELD
+        self.result.stalled = not self.result.finished and self._stalled()
         if not self.result.finished and self.last is not None:
             summary = self.last.summary()
             errors = summary.get("errors") or [summary.get("error")]
@@ -441,44 +450,3 @@ def run_trial(
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
     return result
-
-
-# --- the oracle ---------------------------------------------------------------------------
-
-
-def judge(system: System, sd: StateDir, result: TrialResult) -> None:
-    """Fill ``result``'s counts from the ticket and mail stores, the workspace, the ledgers."""
-    from effectgate.demo.services import read_mails, read_tickets
-    from effectgate.testing.oracle import checkpoint_problems
-
-    tickets = read_tickets(sd.services)
-    mails = read_mails(sd.services)
-    result.tickets, result.mails = len(tickets), len(mails)
-    result.duplicate_tickets = max(0, len(tickets) - 1)
-    result.duplicate_mails = max(0, len(mails) - 1)
-    note = sd.workspace / NOTE
-    text = note.read_text(encoding="utf-8", errors="replace") if note.is_file() else ""
-    refers = any(f"TICKET-{t['ticket_id']}" in text for t in tickets)
-    result.lost_actions = (not tickets) + (not mails) + (not refers)
-    result.left_unknown = _left_unknown(system, sd)
-    if sd.checkpoints.exists():
-        result.history_problems = len(checkpoint_problems(sd.checkpoints, THREAD))
-
-
-def _left_unknown(system: System, sd: StateDir) -> int | None:
-    if system is System.BASELINE:
-        return None  # no record of attempts: it cannot know, it repeats instead
-    if system is System.EFFECT_LEDGER:
-        from effect_ledger import EffectExecutor
-
-        path = sd.root / EFFECT_LEDGER_DB
-        if not path.exists():
-            return 0
-        return len(EffectExecutor(path, scope=EFFECT_LEDGER_SCOPE).unresolved(limit=1000))
-    from effectgate.ledger import OpState, SqliteLedger
-
-    if not sd.ledger.exists():
-        return 0
-    open_states = [OpState.IN_FLIGHT, OpState.UNKNOWN, OpState.NEEDS_RECONCILIATION]
-    with SqliteLedger(sd.ledger) as ledger:
-        return len(ledger.list(states=open_states))

@@ -41,6 +41,7 @@ def _sum(trials: Sequence[TrialResult]) -> dict[str, Any]:
         "mean_resumes": round(sum(t.resumes for t in trials) / n, 2) if n else 0.0,
         "unfinished": sum(1 for t in trials if not t.finished),
         "held_for_human": sum(1 for t in trials if t.held),
+        "stalled": sum(1 for t in trials if t.stalled),
         "runner_refused_fork": sum(1 for t in trials if t.runner_refused_fork),
         "mean_trial_s": round(sum(t.duration_s for t in trials) / n, 2) if n else 0.0,
     }
@@ -55,7 +56,7 @@ def summarize(results: Iterable[TrialResult]) -> dict[str, Any]:
     Returns:
         ``{"systems": {system: totals}, "scenarios": {system: {scenario: totals}}}``;
         totals hold the table's columns plus ``trials_with_duplicates``,
-        ``trials_with_lost_actions``, ``held_for_human``, ``runner_refused_fork``
+        ``trials_with_lost_actions``, ``held_for_human``, ``stalled``, ``runner_refused_fork``
         and ``mean_trial_s`` (seconds).
     """
     by_system: dict[str, list[TrialResult]] = {}

@@ -55,6 +55,7 @@ EFFECT_LEDGER_SCOPE = "campaign"
 EXIT_DONE, EXIT_HELD, EXIT_UNFINISHED, EXIT_BUSY = 0, 3, 5, 75
 _GATED = ("create_ticket", "send_email", "write_file")
 _MAX_STEPS = 30
+_STALL_STEPS = 3
 _SYSTEM_PROMPT = "You are an operations agent. Use the tools to act."
 
 
@@ -299,21 +300,34 @@ def _fork_plain(agent: _Plain, summary: dict[str, Any]) -> None:
     agent.graph.invoke(None, config, durability="sync")
 
 
+def _head(agent: _Plain) -> str | None:
+    snap = agent.graph.get_state(agent.config)
+    return None if snap.metadata is None else str(snap.config["configurable"]["checkpoint_id"])
+
+
 def _drive_plain(system: System, options: DriveOptions) -> tuple[int, dict[str, Any]]:
     summary: dict[str, Any] = {"system": system.value, "thread_id": options.thread_id}
     with _open_plain(system, options) as agent:
         if options.fork:
             _fork_plain(agent, summary)
-        woke = False
-        what = "?"
+        woke, what, idle = False, "?", 0
         for _ in range(_MAX_STEPS):
+            before = _head(agent)
             try:
                 what, woke = _step(agent, woke)
             except ValueError as exc:
-                # LedgerRunner: the thread moved under us (another process); look again.
+                # LedgerRunner refused (the thread moved under us, or a state it
+                # cannot start or resume); record why and look again.
                 summary.setdefault("errors", []).append(f"{type(exc).__name__}: {exc}")
-                continue
+                what = "refused"
             if what in ("done", "held"):
+                break
+            idle = idle + 1 if _head(agent) == before else 0
+            if idle >= _STALL_STEPS:
+                # Nothing was written for several steps: the driver cannot move this
+                # thread (e.g. LedgerRunner.resume returns at once when next == ()
+                # although a finished task still waits to be applied).
+                what = f"stalled after {what}"
                 break
         summary["status"] = what
     return {"done": EXIT_DONE, "held": EXIT_HELD}.get(what, EXIT_UNFINISHED), summary
