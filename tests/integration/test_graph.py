@@ -381,6 +381,10 @@ def test_unknown_outcome_parks_then_human_verdict(
         assert world(state_dir).tickets == 1  # the oracle sees what the agent cannot
         with pytest.raises(DecisionError):
             agent.resume("t1", verdicts={op.operation_id: {"verdict": "retry"}})
+        with pytest.raises(DecisionError, match="no pending reconciliation"):
+            agent.resume("t1", verdicts={"nope": {"verdict": "failed"}})
+        with pytest.raises(DecisionError, match="no verdict"):
+            agent.resume("t1", decisions={"decisions": []})
         result = agent.resume(
             "t1",
             verdicts={
@@ -455,3 +459,20 @@ def test_same_task_in_a_second_thread_flags_duplicates(
         assert result.status is RunStatus.DONE
     assert (world(state_dir).tickets, world(state_dir).mails) == (1, 1)
     assert services.stats("tickets")["create_requests"] == 1
+
+
+def test_stop_requested_before_a_run_applies_to_that_run(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A stop asked between runs (a signal while waiting for the lease) is not lost."""
+    with make_agent(state_dir, services) as agent:
+        result = agent.start(TASK, thread_id="t1")
+        answer = decide(result, APPROVE_ALL)
+        agent.request_stop("test: stop")
+        result = agent.resume("t1", decisions=answer)
+        # stopped at the first boundary: nothing ran, the review still waits
+        assert result.status is RunStatus.WAITING_REVIEW and "test: stop" in (result.error or "")
+        assert agent.ledger.list(thread_id="t1") == [] and world(state_dir).tickets == 0
+        result = agent.resume("t1", decisions=answer)  # the stop was for that run only
+        assert result.status is RunStatus.WAITING_REVIEW and result.error is None
+        assert world(state_dir).tickets == 1

@@ -136,6 +136,8 @@ class Agent:
         self.lease_ttl_s = lease_ttl_s
         self.on_event = on_event
         self._control: RunControl | None = None
+        self._stop_reason: str | None = None
+        """Set by ``request_stop``; sticky, so a stop asked between runs is not lost."""
 
     # ---------------------------------------------------------------- running
 
@@ -230,6 +232,7 @@ class Agent:
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""
+        self._stop_reason = reason
         if self._control is not None:
             self._control.request_drain(reason)
 
@@ -310,6 +313,10 @@ class Agent:
         decisions: Mapping[str, Any] | None,
         verdicts: Mapping[str, Verdict] | None,
     ) -> dict[str, Any] | None:
+        asked = {str(i.value.get("operation_id")) for i in pending if i.kind != "review"}
+        stray = sorted(set(verdicts or {}) - asked)
+        if stray:
+            raise DecisionError(f"no pending reconciliation for operation(s) {', '.join(stray)}")
         resume: dict[str, Any] = {}
         for item in pending:
             answer = (
@@ -318,7 +325,10 @@ class Agent:
                 else self._verdict_answer(item, verdicts)
             )
             if answer is None:
-                return None  # a partial resume would re-run the unanswered nodes
+                if decisions is not None or verdicts:
+                    # a partial resume would re-run the unanswered nodes
+                    raise DecisionError(_unanswered(item))
+                return None
             resume[item.id] = answer
         return resume
 
@@ -385,6 +395,9 @@ class Agent:
     ) -> RunResult:
         control = RunControl()
         self._control = control
+        if self._stop_reason is not None:
+            # asked before this run began (e.g. while waiting for the lease)
+            control.request_drain(self._stop_reason)
         error = None
         try:
             for chunk in self.graph.stream(
@@ -405,6 +418,7 @@ class Agent:
             error = f"{type(exc).__name__}: {exc}"
         finally:
             self._control = None
+            self._stop_reason = None  # a stop applies to the run it was asked for
         result = self.status(thread_id)
         if error is not None:
             return RunResult(
@@ -448,6 +462,15 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
                 raise DecisionError(
                     f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
                 )
+
+
+def _unanswered(item: PendingInterrupt) -> str:
+    if item.kind == "review":
+        return "a review is pending too: answer it in the same resume (decisions=...)"
+    return (
+        f"no verdict for operation {item.value.get('operation_id')}: answer every pending "
+        "reconciliation in the same resume"
+    )
 
 
 def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
