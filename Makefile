@@ -12,7 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# A fresh world each time: the demo's ledger, checkpoints and services live in
+# .effectgate-demo/ (run `effectgate demo` yourself on a kept state directory to
+# see a second run stop at the duplicate mail).
 demo: $(STAMP)
+	rm -rf .effectgate-demo
 	$(BIN)/effectgate demo --approve all --state-dir .effectgate-demo
 
 lint: $(STAMP)
