@@ -8,9 +8,9 @@ no-op side-effect tool and the same disk:
   ``durability="sync"``.
 - ``Effectgate``: ``effectgate._app.open_agent`` with the same tool as an
   IDEMPOTENT ``ToolSpec``, driven through ``Agent.start``/``Agent.resume``.
-- ``EffectgateGraph``: the same compiled effectgate graph driven directly with
-  ``Command(resume=...)`` (no thread lease, no status read-back), to split the
-  runner's cost from the graph's.
+- ``EffectgateGraph`` (in ``bench_side_effect``): the same compiled graph driven
+  directly with ``Command(resume=...)`` (no lease, no status read-back), to
+  split the runner's cost from the graph's.
 
 One "step" is one approved side effect: resume with approve → effect → model →
 the next review interrupt. The tool does nothing but append to a list, so every
@@ -130,28 +130,22 @@ _DML = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 class ProbedCursor(sqlite3.Cursor):
     """Times the statement that opens an implicit write transaction (the saver's lock wait)."""
 
-    def _probe(self) -> Probe:
-        conn = self.connection
-        assert isinstance(conn, ProbedConnection)
-        return conn.probe
+    def _timed(self, run: Callable[[], Any], sql: str) -> Any:
+        if self.connection.in_transaction or not sql.lstrip().upper().startswith(_DML):
+            return run()
+        t0 = time.perf_counter()
+        try:
+            return run()
+        finally:
+            conn = self.connection
+            assert isinstance(conn, ProbedConnection)
+            conn.probe.lock_waits_ms.append((time.perf_counter() - t0) * 1e3)
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
-        if self.connection.in_transaction or not sql.lstrip().upper().startswith(_DML):
-            return super().execute(sql, parameters)
-        t0 = time.perf_counter()
-        try:
-            return super().execute(sql, parameters)
-        finally:
-            self._probe().lock_waits_ms.append((time.perf_counter() - t0) * 1e3)
+        return self._timed(lambda: super(ProbedCursor, self).execute(sql, parameters), sql)
 
     def executemany(self, sql: str, seq: Any, /) -> Any:
-        if self.connection.in_transaction or not sql.lstrip().upper().startswith(_DML):
-            return super().executemany(sql, seq)
-        t0 = time.perf_counter()
-        try:
-            return super().executemany(sql, seq)
-        finally:
-            self._probe().lock_waits_ms.append((time.perf_counter() - t0) * 1e3)
+        return self._timed(lambda: super(ProbedCursor, self).executemany(sql, seq), sql)
 
 
 class ProbedConnection(sqlite3.Connection):
@@ -417,51 +411,11 @@ class Effectgate(System):
         return [self.root / "checkpoints.sqlite3", self.root / "ledger.sqlite3"]
 
 
-class EffectgateGraph(Effectgate):
-    """effectgate's compiled graph driven directly: no lease, no recovery scan, no status read."""
-
-    name = "effectgate_graph"
-
-    def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
-        super().__init__(root, script, sink)
-        self.pending: dict[str, str] = {}
-
-    def _stream(self, value: Any, thread_id: str) -> None:
-        cfg: Any = {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
-        self.pending.pop(thread_id, None)
-        for chunk in self.agent.graph.stream(value, cfg, stream_mode="updates", durability="sync"):
-            for item in chunk.get("__interrupt__", ()):
-                self.pending[thread_id] = item.id
-
-    def start(self, thread_id: str) -> None:
-        from langchain_core.messages import HumanMessage
-
-        self._stream({"messages": [HumanMessage(TASK)]}, thread_id)
-
-    def step(self, thread_id: str) -> None:
-        from langgraph.types import Command
-
-        self._stream(Command(resume={self.pending[thread_id]: APPROVE}), thread_id)
-
-
 SYSTEMS: dict[str, type[System]] = {
     "baseline": Baseline,
     "effectgate": Effectgate,
-    "effectgate_graph": EffectgateGraph,
 }
-
-
-def db_bytes(path: Path) -> int:
-    """Logical size of an SQLite file: ``page_count * page_size`` (WAL included); 0 if absent."""
-    if not path.exists():
-        return 0
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=sqlite3.Connection)
-    try:
-        (pages,) = conn.execute("PRAGMA page_count").fetchone()
-        (size,) = conn.execute("PRAGMA page_size").fetchone()
-        return int(pages) * int(size)
-    finally:
-        conn.close()
+"""Systems by name; ``bench_side_effect`` adds ``effectgate_graph``, ``bench_fixes`` the fixes."""
 
 
 # ------------------------------------------------------------------ environment, output
@@ -504,14 +458,7 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    dists = [
-        "effectgate",
-        "langgraph",
-        "langgraph-checkpoint",
-        "langgraph-checkpoint-sqlite",
-        "langchain",
-        "langchain-core",
-    ]
+    dists = "effectgate langgraph langgraph-checkpoint langgraph-checkpoint-sqlite langchain"
     return {
         "cpu": cpu,
         "cpus": os.cpu_count(),
@@ -519,20 +466,15 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "platform": platform.platform(),
-        "versions": {d: _version(d) for d in dists},
+        "versions": {d: _version(d) for d in [*dists.split(), "langchain-core"]},
         "commit": _git_head(),
     }
 
 
 def _git_head() -> str | None:
+    cmd = ["git", "rev-parse", "--short", "HEAD"]
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=BENCH_DIR,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        out = subprocess.run(cmd, cwd=BENCH_DIR, capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
     return out.stdout.strip() or None
@@ -542,15 +484,10 @@ def write_result(name: str, params: dict[str, Any], results: dict[str, Any]) -> 
     """Write ``results/<name>.json`` with the machine, the parameters and the results."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    doc = {
-        "bench": name,
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "quick": quick(),
-        "machine": machine_info(),
-        "params": params,
-        "results": results,
-    }
-    path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc = {"bench": name, "when": when, "quick": quick(), "machine": machine_info()}
+    doc |= {"params": params, "results": results}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
 
 

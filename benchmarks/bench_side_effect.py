@@ -29,6 +29,35 @@ from typing import Any
 
 import _common as c
 
+
+class EffectgateGraph(c.Effectgate):
+    """effectgate's compiled graph driven directly: no lease, no recovery scan, no status read."""
+
+    name = "effectgate_graph"
+
+    def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
+        super().__init__(root, script, sink)
+        self.pending: dict[str, str] = {}
+
+    def _stream(self, value: Any, thread_id: str) -> None:
+        cfg: Any = {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+        self.pending.pop(thread_id, None)
+        for chunk in self.agent.graph.stream(value, cfg, stream_mode="updates", durability="sync"):
+            for item in chunk.get("__interrupt__", ()):
+                self.pending[thread_id] = item.id
+
+    def start(self, thread_id: str) -> None:
+        from langchain_core.messages import HumanMessage
+
+        self._stream({"messages": [HumanMessage(c.TASK)]}, thread_id)
+
+    def step(self, thread_id: str) -> None:
+        from langgraph.types import Command
+
+        self._stream(Command(resume={self.pending[thread_id]: c.APPROVE}), thread_id)
+
+
+c.SYSTEMS["effectgate_graph"] = EffectgateGraph
 VARIANTS = ["baseline", "effectgate", "effectgate_graph"]
 
 

@@ -30,6 +30,19 @@ import _common as c
 SYSTEMS = ["baseline", "effectgate"]
 
 
+def db_bytes(path: Path) -> int:
+    """Logical size of an SQLite file: ``page_count * page_size`` (WAL included); 0 if absent."""
+    if not path.exists():
+        return 0
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=sqlite3.Connection)
+    try:
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+        return int(pages) * int(size)
+    finally:
+        conn.close()
+
+
 def payload_bytes(path: Path) -> int:
     """Bytes of checkpoint blobs, metadata and pending writes LangGraph stored in ``path``."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=sqlite3.Connection)
@@ -46,8 +59,8 @@ def payload_bytes(path: Path) -> int:
 def _reading(system: c.System) -> dict[str, int]:
     files = system.checkpoint_files()
     return {
-        "checkpoints": c.db_bytes(files[0]),
-        "ledger": c.db_bytes(files[1]) if len(files) > 1 else 0,
+        "checkpoints": db_bytes(files[0]),
+        "ledger": db_bytes(files[1]) if len(files) > 1 else 0,
         "payload": payload_bytes(files[0]),
     }
 

@@ -25,7 +25,9 @@ def common() -> Iterator[Any]:
     sys.path.insert(0, str(BENCH))
     try:
         import _common
+        import bench_side_effect  # registers effectgate_graph
 
+        assert "effectgate_graph" in bench_side_effect.VARIANTS
         yield _common
     finally:
         sys.path.remove(str(BENCH))
