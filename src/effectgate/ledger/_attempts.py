@@ -279,6 +279,11 @@ class AttemptsMixin(ThreadsMixin):
         Returns:
             The recovered operations, now UNKNOWN.
         """
+        # Read first: nearly always nothing is IN_FLIGHT, and an empty write
+        # transaction would still cost a durable commit on every resume.
+        with self._store.read() as r:
+            if not r.list_operations(thread_id=thread_id, states=[_S.IN_FLIGHT]):
+                return []
         now = self._now()
         recovered: builtins.list[Operation] = []
         with self._store.transaction() as tx:

@@ -5,6 +5,12 @@ workers on one thread must not fork it). Its token is a fencing token that
 grows each time the lease changes hands (Kleppmann, *How to do distributed
 locking*, 2016); a released lease keeps its row so the next owner's token is
 still higher.
+
+Lease writes commit with ``synchronous=NORMAL``: they are atomic and visible
+to every process at once (WAL), and a lease only coordinates *live*
+processes, so losing the last lease write to a power cut, which kills every
+holder too, cannot let two runners in. That saves two fsyncs per run
+(benchmarks/README.md, "lease_normal").
 """
 
 from __future__ import annotations
@@ -113,7 +119,7 @@ class ThreadsMixin:
         """
         span = _ttl(ttl)
         now = self._now()
-        with self._store.transaction() as tx:
+        with self._store.transaction(durable=False) as tx:
             cur = tx.get_lease(thread_id)
             if (
                 cur is not None
@@ -142,7 +148,7 @@ class ThreadsMixin:
         """
         span = _ttl(ttl)
         now = self._now()
-        with self._store.transaction() as tx:
+        with self._store.transaction(durable=False) as tx:
             cur = tx.get_lease(lease.thread_id)
             if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
                 raise _busy(cur, now, thread_id=lease.thread_id)
@@ -154,7 +160,7 @@ class ThreadsMixin:
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up now; a no-op if it is no longer held by this owner and token."""
         now = self._now()
-        with self._store.transaction() as tx:
+        with self._store.transaction(durable=False) as tx:
             cur = tx.get_lease(lease.thread_id)
             if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
                 return
