@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sys
 import tempfile
 import threading
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         on_result=progress,
     )
     elapsed = round(time.monotonic() - started, 1)
+    if args.workdir is None and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
     summary = summarize(results)
     meta: dict[str, Any] = {
         "command": shlex.join(["python", "benchmarks/campaign.py", *(argv or sys.argv[1:])]),
