@@ -32,5 +32,8 @@ test: $(STAMP) lint typecheck
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
+campaign: $(STAMP)
+	$(BIN)/python benchmarks/campaign.py --trials 1000 --out benchmarks/results/campaign.json
+
 clean:
 	rm -rf $(VENV) .effectgate .effectgate-demo .pytest_cache .mypy_cache .ruff_cache
