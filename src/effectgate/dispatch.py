@@ -461,20 +461,7 @@ class Dispatcher:
         if spec.reconciler is not None:
             lookup = self._lookup(spec, args, call, op)
             if lookup.status == "found" and lookup.result is not None:
-                receipt = self._receipt(op, lookup.result, source="reconcile")
-                op = self.ledger.transition(
-                    op.operation_id,
-                    src=OpState.UNKNOWN,
-                    dst=OpState.SUCCEEDED,
-                    receipt=receipt,
-                    detail={"reconcile": lookup.detail or "found"},
-                )
-                return Outcome(
-                    status=DispatchStatus.SUCCEEDED,
-                    operation=op,
-                    receipt=receipt,
-                    message="reconciled: the earlier attempt had taken effect",
-                )
+                return self._found(op, lookup.result, lookup.detail)
             if lookup.status == "unavailable":
                 # Seed 001 §4.8: cannot ask -> stop submitting, keep it visible.
                 return self._park(op, spec, f"lookup unavailable: {lookup.detail}")
@@ -505,21 +492,25 @@ class Dispatcher:
         if spec.reconciler is not None:
             lookup = self._lookup(spec, args, call, op)
             if lookup.status == "found" and lookup.result is not None:
-                receipt = self._receipt(op, lookup.result, source="reconcile")
-                op = self.ledger.transition(
-                    op.operation_id,
-                    src=OpState.NEEDS_RECONCILIATION,
-                    dst=OpState.SUCCEEDED,
-                    receipt=receipt,
-                    detail={"reconcile": lookup.detail or "found on a later look"},
-                )
-                return Outcome(
-                    status=DispatchStatus.SUCCEEDED,
-                    operation=op,
-                    receipt=receipt,
-                    message="reconciled: found on a later lookup",
-                )
+                return self._found(op, lookup.result, lookup.detail)
         return self._needs_human(op, spec, "")
+
+    def _found(self, op: Operation, result: ToolResult, detail: str) -> Outcome:
+        """Settle an UNKNOWN or parked operation from a lookup that found its effect."""
+        receipt = self._receipt(op, result, source="reconcile")
+        op = self.ledger.transition(
+            op.operation_id,
+            src=op.state,
+            dst=OpState.SUCCEEDED,
+            receipt=receipt,
+            detail={"reconcile": detail or "found"},
+        )
+        return Outcome(
+            status=DispatchStatus.SUCCEEDED,
+            operation=op,
+            receipt=receipt,
+            message="reconciled: the earlier attempt had taken effect",
+        )
 
     def _lookup(self, spec: ToolSpec, args: Any, call: EffectCall, op: Operation) -> Lookup:
         assert spec.reconciler is not None
