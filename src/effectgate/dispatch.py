@@ -170,22 +170,44 @@ class Dispatcher:
         except ToolCallError as exc:
             return Outcome(status=DispatchStatus.FAILED, operation=None, message=str(exc))
         if spec.intent_hash(args) != call.intent_hash:
-            # The tool (or its version) changed since the approval: the approval
-            # names an intent that no longer exists (seed 004, tool version change).
-            return Outcome(
-                status=DispatchStatus.NEEDS_REVIEW,
-                operation=self.ledger.get(call.operation_id),
-                message="the tool or its version changed since the approval; review again",
-                evidence={
-                    "approved_intent_hash": call.intent_hash,
-                    "current_intent_hash": spec.intent_hash(args),
-                },
-            )
+            refused = self._tool_changed(call, spec.intent_hash(args))
+            if refused is not None:
+                return refused
         try:
             op = self._open(call, spec, args)
         except IntentConflictError as exc:
             return self._conflict(call, exc)
         return self._drive(call, spec, args, op)
+
+    def _tool_changed(self, call: EffectCall, current_hash: str) -> Outcome | None:
+        """Refuse a call approved under another tool version, if it has not started.
+
+        The approval names an intent that no longer exists (seed 004, tool
+        version change), and one operation id never changes its intent hash:
+        the old approval is refused and the call answered as not executed, so
+        the model may propose it again. An operation that already started
+        under the old version is driven on as usual (``None``): its effect may
+        have happened, and its stored receipt or recovery still apply.
+        """
+        op = self.ledger.get(call.operation_id)
+        if op is not None and op.state not in (OpState.PROPOSED, OpState.APPROVED):
+            return None
+        detail = {"approved_intent_hash": call.intent_hash, "current_intent_hash": current_hash}
+        if op is not None:
+            op = self.ledger.transition(
+                op.operation_id,
+                src=op.state,
+                dst=OpState.REJECTED,
+                error="tool changed after approval",
+                detail=detail,
+            )
+        return Outcome(
+            status=DispatchStatus.FAILED,
+            operation=op,
+            message="not executed: the tool or its version changed since the approval; "
+            "propose the call again",
+            evidence=detail,
+        )
 
     def _open(self, call: EffectCall, spec: ToolSpec, args: Any) -> Operation:
         op = self.ledger.get(call.operation_id)

@@ -40,7 +40,7 @@ from effectgate.graph._state import (
     ReviewConfig,
     ReviewRequest,
 )
-from effectgate.ledger import Approval, Ledger, OpenRequest, OpState
+from effectgate.ledger import Approval, Ledger, OpenRequest
 from effectgate.tools import ToolContext, ToolSpec
 
 __all__ = ["make_agent_node", "make_effect_node", "make_tools_node", "malformed_reason"]
@@ -167,42 +167,12 @@ def _settle(
         outcome = dispatcher.dispatch(call)
         if outcome.status is DispatchStatus.NEEDS_RECONCILIATION:
             error = _ask_verdict(call, outcome, dispatcher, error)
-        elif (
-            outcome.status is DispatchStatus.NEEDS_REVIEW
-            and outcome.operation is not None
-            # a changed tool version is a new intent: refused below, never re-asked
-            and "current_intent_hash" not in outcome.evidence
-        ):
+        elif outcome.status is DispatchStatus.NEEDS_REVIEW and outcome.operation is not None:
             error = _ask_review(
                 call, spec, outcome, ledger=ledger, policy=policy, clock=clock, error=error
             )
         else:
-            return (
-                _intent_changed(outcome, ledger)
-                if (outcome.status is DispatchStatus.NEEDS_REVIEW)
-                else outcome
-            )
-
-
-def _intent_changed(outcome: Outcome, ledger: Ledger) -> Outcome:
-    # The tool (version) changed after the approval: the approved intent no
-    # longer exists. The old approval is refused and the call is answered as
-    # not executed; the model may propose it again under the new version.
-    op = outcome.operation
-    if op is not None and op.state in (OpState.PROPOSED, OpState.APPROVED):
-        op = ledger.transition(
-            op.operation_id,
-            src=op.state,
-            dst=OpState.REJECTED,
-            error="tool changed after approval",
-            detail=dict(outcome.evidence),
-        )
-    return Outcome(
-        status=DispatchStatus.FAILED,
-        operation=op,
-        message=f"not executed: {outcome.message}",
-        evidence=outcome.evidence,
-    )
+            return outcome
 
 
 def _ask_verdict(
