@@ -254,12 +254,9 @@ class Agent:
             )
         pending = self._interrupts(snapshot)
         if pending:
-            kind = (
-                RunStatus.WAITING_RECONCILIATION
-                if any(p.kind == "reconciliation" for p in pending)
-                else RunStatus.WAITING_REVIEW
+            return RunResult(
+                thread_id=thread_id, status=_waiting(pending), interrupts=pending, operations=ops
             )
-            return RunResult(thread_id=thread_id, status=kind, interrupts=pending, operations=ops)
         if snapshot.tasks:
             errors = [str(t.error) for t in snapshot.tasks if t.error]
             return RunResult(
@@ -439,6 +436,13 @@ class Agent:
         return result
 
 
+def _waiting(pending: Sequence[PendingInterrupt]) -> RunStatus:
+    """A reconciliation outranks a review: it is what blocks the thread longest."""
+    if any(p.kind == "reconciliation" for p in pending):
+        return RunStatus.WAITING_RECONCILIATION
+    return RunStatus.WAITING_REVIEW
+
+
 class _Seen:
     """What a run's ``updates`` stream showed: interrupts and the last AI text."""
 
@@ -458,11 +462,7 @@ class _Seen:
 
     def result(self, thread_id: str, operations: list[Operation]) -> RunResult:
         if self.interrupts:
-            waiting = (
-                RunStatus.WAITING_RECONCILIATION
-                if any(p.kind == "reconciliation" for p in self.interrupts)
-                else RunStatus.WAITING_REVIEW
-            )
+            waiting = _waiting(self.interrupts)
             return RunResult(
                 thread_id=thread_id,
                 status=waiting,

@@ -1,7 +1,8 @@
 """The attempt half of ``Ledger``: claim, record, transition, recover, reuse (DESIGN §3, §6).
 
-Every write here is one durable transaction holding a compare-and-set and
-its event. Claims and results are fenced by the attempt number.
+Every state change here is one durable transaction holding a compare-and-set
+and its event; the "result reused" audit event alone skips its own fsync.
+Claims and results are fenced by the attempt number.
 """
 
 from __future__ import annotations
@@ -312,7 +313,9 @@ class AttemptsMixin(ThreadsMixin):
             raise ValueError(f"operation {op.operation_id!r} has no receipt ({op.state})")
         receipt = verified(op).receipt
         assert receipt is not None
-        with self._store.transaction() as tx:
+        # An audit fact, not a protocol one: a power cut losing it loses a
+        # metric count, never an effect; so it spends no fsync of its own.
+        with self._store.transaction(durable=False) as tx:
             detail = {"receipt_attempt": receipt.attempt, "receipt_source": receipt.source}
             self._event(tx, op, EventKind.RESULT_REUSED, self._now(), detail)
         return receipt
