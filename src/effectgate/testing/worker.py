@@ -7,8 +7,9 @@ otherwise, answers every review with the chosen decisions, and prints one
 JSON line with the outcome. Killing it (``EFFECTGATE_FAILPOINT`` or SIGKILL)
 and starting it again is how tests prove that nothing happens twice.
 
-Exit codes: 0 done, 3 waiting for reconciliation, 4 waiting for review,
-5 incomplete, 75 thread busy, 137 killed at a failpoint.
+Exit codes are the CLI's (``effectgate.cli._exit``): 0 done, 3 waiting for
+reconciliation, 4 waiting for review, 5 incomplete, 75 thread busy, 137 killed
+at a failpoint.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from effectgate._app import StateDir, open_agent
+from effectgate.cli._exit import ExitCode, code_for_status
 from effectgate.errors import ConfigError, ThreadBusyError
 
 __all__ = ["main"]
 
-EXIT = {"done": 0, "waiting_reconciliation": 3, "waiting_review": 4, "incomplete": 5}
 DEFAULT_TASK = "Check the order service's error rate and handle any incident."
 
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             "error": result.error,
         }
         print(json.dumps(summary), flush=True)
-        return EXIT.get(result.status.value, 1)
+        return int(code_for_status(result.status))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except ThreadBusyError as exc:
         print(json.dumps({"status": "busy", "error": str(exc)}), flush=True)
-        return 75
+        return int(ExitCode.BUSY)
 
 
 if __name__ == "__main__":
