@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -11,14 +10,13 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.checkpoint.sqlite import SqliteSaver
 
-from effectgate._app import StateDir, default_tools
+from effectgate._app import StateDir, open_agent
 from effectgate._clock import FakeClock
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError, DecisionError
 from effectgate.graph import Agent, Policy, RunStatus
-from effectgate.ledger import OpState, SqliteLedger
+from effectgate.ledger import OpState
 from effectgate.models import ScriptedChatModel
 from effectgate.testing.oracle import checkpoint_problems, world
 
@@ -42,21 +40,10 @@ def make_agent(
     model = ScriptedChatModel.from_script(
         load_script(script) if isinstance(script, str) else script, fresh_ids=fresh_ids
     )
-    ledger = SqliteLedger(sd.ledger, clock=clock)
-    conn = sqlite3.connect(sd.checkpoints, check_same_thread=False)
-    try:
-        yield Agent(
-            model,
-            default_tools(sd.workspace, svc.endpoints),
-            ledger=ledger,
-            checkpointer=SqliteSaver(conn),
-            policy=policy,
-            clock=clock,
-            on_event=on_event,
-        )
-    finally:
-        conn.close()
-        ledger.close()
+    with open_agent(
+        sd, model=model, endpoints=svc.endpoints, policy=policy, clock=clock, on_event=on_event
+    ) as agent:
+        yield agent
 
 
 def decide(result: Any, *kinds: str | dict[str, Any]) -> dict[str, Any]:

@@ -3,34 +3,29 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.checkpoint.sqlite import SqliteSaver
 
-from effectgate._app import StateDir, default_tools
+from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.graph import Agent, RunStatus
-from effectgate.ledger import OpState, SqliteLedger
+from effectgate.ledger import OpState
 from effectgate.models import make_model
 from effectgate.testing.openai_server import FakeOpenAIServer, chat_reply, error_reply
 from effectgate.testing.oracle import checkpoint_problems, world
 
 
-def _agent(sd: StateDir, svc: DemoServices, server: FakeOpenAIServer, *, retries: int) -> Any:
+@contextmanager
+def _agent(
+    sd: StateDir, svc: DemoServices, server: FakeOpenAIServer, *, retries: int
+) -> Iterator[Agent]:
     model = make_model(
         "openai:test-model", base_url=server.base_url, api_key="test", max_retries=retries
     )
-    ledger = SqliteLedger(sd.ledger)
-    conn = sqlite3.connect(sd.checkpoints, check_same_thread=False)
-    agent = Agent(
-        model,
-        default_tools(sd.workspace, svc.endpoints),
-        ledger=ledger,
-        checkpointer=SqliteSaver(conn),
-    )
-    return agent, conn, ledger
+    with open_agent(sd, model=model, endpoints=svc.endpoints) as agent:
+        yield agent
 
 
 def test_openai_model_drives_review_and_effect(services: DemoServices, state_dir: StateDir) -> None:
@@ -49,17 +44,14 @@ def test_openai_model_drives_review_and_effect(services: DemoServices, state_dir
         chat_reply("written"),
     ]
     with FakeOpenAIServer(replies) as server:
-        agent, conn, ledger = _agent(state_dir, services, server, retries=0)
-        try:
+        with _agent(state_dir, services, server, retries=0) as agent:
+            ledger = agent.ledger
             result = agent.start("write a file", thread_id="t1")
             assert result.status is RunStatus.WAITING_REVIEW
             result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
             assert result.status is RunStatus.DONE and result.final_message == "written"
             (op,) = ledger.list(thread_id="t1")
             assert (op.operation_id, op.state) == ("t1:call_w1", OpState.SUCCEEDED)
-        finally:
-            conn.close()
-            ledger.close()
         second = server.requests[1]["messages"]
         assistant = next(m for m in second if m["role"] == "assistant")
         tool = next(m for m in second if m["role"] == "tool")
@@ -84,8 +76,8 @@ def test_model_error_leaves_thread_resumable(services: DemoServices, state_dir: 
         chat_reply("done"),
     ]
     with FakeOpenAIServer(replies) as server:
-        agent, conn, ledger = _agent(state_dir, services, server, retries=0)
-        try:
+        with _agent(state_dir, services, server, retries=0) as agent:
+            ledger = agent.ledger
             result = agent.start("go", thread_id="t1")
             result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
             assert result.status is RunStatus.INCOMPLETE  # the step failed, the thread is kept
@@ -94,9 +86,6 @@ def test_model_error_leaves_thread_resumable(services: DemoServices, state_dir: 
             assert result.status is RunStatus.DONE and result.final_message == "done"
             (op,) = ledger.list(thread_id="t1")
             assert op.attempt == 1
-        finally:
-            conn.close()
-            ledger.close()
         assert len(server.requests) == 3
     assert checkpoint_problems(state_dir.checkpoints, "t1") == []
 
@@ -115,8 +104,7 @@ def test_tool_call_without_id_and_bad_json_are_answered(
         chat_reply("ok"),
     ]
     with FakeOpenAIServer(replies) as server:
-        agent, conn, ledger = _agent(state_dir, services, server, retries=0)
-        try:
+        with _agent(state_dir, services, server, retries=0) as agent:
             result = agent.start("go", thread_id="t1")
             assert result.status is RunStatus.WAITING_REVIEW
             result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
@@ -130,9 +118,6 @@ def test_tool_call_without_id_and_bad_json_are_answered(
             answered = {m.tool_call_id for m in msgs if isinstance(m, ToolMessage)}
             ids = {c["id"] for c in ai.tool_calls} | {c["id"] for c in ai.invalid_tool_calls}
             assert answered == ids and len(ids) == 2
-        finally:
-            conn.close()
-            ledger.close()
         second = server.requests[1]["messages"]
         assistant = next(m for m in second if m["role"] == "assistant")
         assert all(tc["id"] for tc in assistant["tool_calls"])
