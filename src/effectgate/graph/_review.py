@@ -101,20 +101,11 @@ def _prepare_one(
     # A call whose operation already ended with these very arguments cannot
     # act again (dispatch returns the stored outcome), so nobody is asked.
     settled = existing is not None and conflict is None and existing.is_terminal
-    auto = (
-        settled
-        or (
-            not spec.needs_review
-            and spec.kind is not EffectKind.UNSAFE
-            and dup is None
-            and conflict is None
-        )
-        or (
-            spec.name in policy.auto_approve
-            and spec.kind is not EffectKind.UNSAFE
-            and dup is None
-            and conflict is None
-        )
+    # Policy may approve without asking, but never an unsafe tool, a possible
+    # duplicate, or a call whose operation id is bound to other arguments.
+    policy_approves = not spec.needs_review or spec.name in policy.auto_approve
+    auto = settled or (
+        policy_approves and spec.kind is not EffectKind.UNSAFE and dup is None and not conflict
     )
     return Prepared(
         call=call,
