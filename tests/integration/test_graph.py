@@ -463,3 +463,29 @@ def test_stop_requested_before_a_run_applies_to_that_run(
         result = agent.resume("t1", decisions=answer)  # the stop was for that run only
         assert result.status is RunStatus.WAITING_REVIEW and result.error is None
         assert world(state_dir).tickets == 1
+
+
+AUTO = {
+    "name": "auto",
+    "turns": [
+        {"tool_calls": [{"name": "write_file", "args": {"path": "a.txt", "content": "x"}}]},
+        {"tool_calls": [{"name": "append_file", "args": {"path": "a.txt", "content": "y"}}]},
+        {"say": "done"},
+    ],
+}
+
+
+def test_policy_auto_approves_but_never_an_unsafe_tool(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """auto_approve runs write_file without asking; append_file (unsafe) is still reviewed."""
+    policy = Policy(auto_approve=frozenset({"write_file", "append_file"}))
+    with make_agent(state_dir, services, script=AUTO, policy=policy) as agent:
+        result = agent.start("go", thread_id="t1")
+        assert result.status is RunStatus.WAITING_REVIEW
+        (action,) = result.interrupts[0].value["action_requests"]
+        assert action["name"] == "append_file"
+        assert world(state_dir).files == {"a.txt": b"x"}
+        (op,) = agent.ledger.list(thread_id="t1", tool="write_file")
+        approval = agent.ledger.latest_approval(op.operation_id)
+        assert approval is not None and approval.reviewer == "policy:auto"
