@@ -187,17 +187,18 @@ def effect_message(
         if outcome.receipt.source != "dispatch":
             payload["settled_by"] = outcome.receipt.source
     else:
-        payload.update(
-            message=outcome.message,
-            executed=False
-            if outcome.status in (DispatchStatus.REJECTED, DispatchStatus.CONFLICT)
-            else None,
-        )
+        # FAILED, REJECTED and CONFLICT all mean "known not to have taken
+        # effect"; a maybe-applied write never gets here (it is parked).
+        payload.update(message=outcome.message, executed=False)
     if executed_args is not None:
+        edited = f"{tool} with arguments {json.dumps(dict(executed_args), sort_keys=True)}"
         payload["note"] = (
             "A human reviewer replaced this tool call before it ran. Do not re-issue your "
-            "original call. Executed instead: "
-            f"{tool} with arguments {json.dumps(dict(executed_args), sort_keys=True)}."
+            + (
+                f"original call. Executed instead: {edited}."
+                if status == "success"
+                else f"original call. The replacement ({edited}) did not take effect."
+            )
         )
     return ToolMessage(
         content=_content(payload), tool_call_id=tool_call_id, name=tool, status=status
