@@ -23,6 +23,11 @@ proposals):
 - ``delta``: the messages channel is a LangGraph ``DeltaChannel`` (beta), so a
   checkpoint stores only new messages, not the whole history.
 
+Since these were measured, ``lease_normal`` and a form of ``lean_status``
+(``Agent._run`` builds its result from the stream) have landed in ``src/``;
+their prototypes here now apply on top of the real change, so re-running
+this script measures the remaining fixes against a faster "effectgate" row.
+
 Part A times each variant per approved side effect, all variants taking turns
 step by step (as ``bench_side_effect``), and counts its commits. Part B runs a
 long thread with every fix including ``delta`` and reports storage growth,
