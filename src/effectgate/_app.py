@@ -158,9 +158,7 @@ def open_agent(
     Raises:
         ConfigError: bad state directory or model specification.
     """
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from effectgate.graph import Agent
+    from effectgate.graph import Agent, StepDurableSaver
     from effectgate.ledger import SqliteLedger
     from effectgate.models import make_model
 
@@ -173,7 +171,7 @@ def open_agent(
         conn.close()
         raise
     try:
-        saver = SqliteSaver(conn)
+        saver = StepDurableSaver(conn)
         agent = Agent(
             chat,
             list(tools) if tools is not None else default_tools(sd.workspace, endpoints),

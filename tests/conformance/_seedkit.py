@@ -140,9 +140,7 @@ def ticket_agent(
 
     Ledger backoff jitter is seeded (``random.Random(0)``) so waits are reproducible.
     """
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from effectgate.graph import Agent
+    from effectgate.graph import Agent, StepDurableSaver
     from effectgate.models import ScriptedChatModel
 
     ledger = SqliteLedger(state_root / "ledger.sqlite3", clock=clock, rng=random.Random(0))
@@ -152,7 +150,7 @@ def ticket_agent(
             ScriptedChatModel.from_script(dict(script or ticket_script())),
             ticket_specs(url, version=version),
             ledger=ledger,
-            checkpointer=SqliteSaver(conn),
+            checkpointer=StepDurableSaver(conn),
             policy=policy,
             clock=clock,
         )

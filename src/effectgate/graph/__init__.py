@@ -13,6 +13,7 @@ from effectgate.graph._agent import (
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
 from effectgate.graph._history import history_problems
 from effectgate.graph._policy import Policy
+from effectgate.graph._saver import StepDurableSaver
 from effectgate.graph._state import (
     ActionRequest,
     AgentState,
@@ -41,6 +42,7 @@ __all__ = [
     "ReviewResponse",
     "RunResult",
     "RunStatus",
+    "StepDurableSaver",
     "build_agent",
     "check_review_answer",
     "history_problems",
