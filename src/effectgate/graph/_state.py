@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph.message import _messages_delta_reducer
 
 __all__ = [
     "ActionRequest",
@@ -28,9 +29,28 @@ __all__ = [
 
 
 class AgentState(TypedDict):
-    """The thread's state: only the message history the model sees."""
+    """The thread's state: only the message history the model sees.
 
-    messages: Annotated[list[AnyMessage], add_messages]
+    ``messages`` is a LangGraph ``DeltaChannel`` (beta in langgraph 1.2): a
+    checkpoint stores only the messages its superstep added, plus a full
+    snapshot every 100 updates, and a read replays the writes since the last
+    snapshot. With the default ``add_messages`` channel every checkpoint holds
+    the whole history, so a thread's storage grows quadratically (issue 8:
+    69 -> 406 KiB per call across a 200-call thread; with the delta channel
+    12 -> 14 KiB). Threads written with the plain channel still read back: the
+    channel takes an old full-list blob as its starting value. Because the
+    on-disk form is beta, langgraph and its checkpoint packages are pinned to
+    a minor version, and ``tests/integration/test_state_format.py`` reads a
+    thread written by an earlier effectgate back.
+
+    The reducer (``_messages_delta_reducer``, re-exported by
+    ``langgraph.graph.message`` for this use) replaces a message by id and
+    appends new ones, as ``add_messages`` does; LangGraph gives every written
+    message an id first (``ensure_message_ids``). effectgate never removes
+    messages.
+    """
+
+    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
 
 
 class ActionRequest(TypedDict):

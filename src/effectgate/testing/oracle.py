@@ -91,16 +91,25 @@ def checkpoint_problems(checkpoints: str | Path, thread_id: str) -> list[str]:
         ``"<checkpoint_id>: <problem>"`` lines; empty when every checkpoint is valid.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import START, StateGraph
 
-    from effectgate.graph import history_problems
+    from effectgate.graph import AgentState, history_problems
 
     conn = sqlite3.connect(str(checkpoints), check_same_thread=False)
     try:
-        saver = SqliteSaver(conn)
+        # The messages channel is a DeltaChannel: a checkpoint's blob holds only
+        # a marker, and the history is rebuilt from the writes of its ancestors.
+        # A graph over the same state schema does that reading; it never runs.
+        reader = (
+            StateGraph(AgentState)
+            .add_node("noop", lambda state: {})
+            .add_edge(START, "noop")
+            .compile(checkpointer=SqliteSaver(conn))
+        )
         out: list[str] = []
-        for tup in saver.list({"configurable": {"thread_id": thread_id}}):
-            messages = tup.checkpoint["channel_values"].get("messages", [])
-            cid = tup.checkpoint["id"]
+        for snap in reader.get_state_history({"configurable": {"thread_id": thread_id}}):
+            messages = snap.values.get("messages", [])
+            cid = snap.config["configurable"]["checkpoint_id"]
             out += [f"{cid}: {p}" for p in history_problems(messages)]
         return out
     finally:
