@@ -138,6 +138,8 @@ class Agent:
         self._control: RunControl | None = None
         self._stop_reason: str | None = None
         """Set by ``request_stop``; sticky, so a stop asked between runs is not lost."""
+        self._stops: _Stops = _Stops()
+        """Where this agent's last runs stopped at interrupts, by thread (see ``_head``)."""
 
     # ---------------------------------------------------------------- running
 
@@ -200,6 +202,15 @@ class Agent:
         """
         with self._lease(thread_id):
             self.ledger.recover_in_flight(thread_id=thread_id)
+            stop = self._stops.pop(thread_id, None)
+            if stop is not None and stop.head == self._head(thread_id):
+                # Nothing moved since this agent's last run stopped at these
+                # interrupts: answer them without reloading the whole state.
+                resume = self._resume_map(stop.interrupts, decisions, verdicts)
+                if resume is None:
+                    self._stops[thread_id] = stop
+                    return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
+                return self._run(thread_id, Command(resume=resume))
             snapshot = self.graph.get_state(self._config(thread_id))
             if snapshot.metadata is None:
                 record = self.ledger.get_thread(thread_id)
@@ -282,6 +293,26 @@ class Agent:
     @staticmethod
     def _config(thread_id: str) -> RunnableConfig:
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+
+    def _head(self, thread_id: str) -> _Head | None:
+        """The thread's latest checkpoint id and the writes attached to it.
+
+        Every run, fork, resume answer or finished task of the thread changes
+        one or the other (a new checkpoint, or a new pending write), whichever
+        process made it. ``resume`` compares it with what its own last run
+        left to decide whether that run's interrupts are still the pending
+        ones; with the ``DeltaChannel`` messages channel this read does not
+        load the message history.
+        """
+        saver = self.graph.checkpointer
+        if not isinstance(saver, BaseCheckpointSaver):
+            return None
+        stored = saver.get_tuple(self._config(thread_id))
+        if stored is None:
+            return None
+        writes = tuple(sorted((str(w[0]), str(w[1])) for w in stored.pending_writes or ()))
+        checkpoint_id = str(stored.config["configurable"]["checkpoint_id"])
+        return _Head(checkpoint_id=checkpoint_id, writes=writes)
 
     def _missing_nodes(self, thread_id: str, snapshot: Any) -> list[str]:
         # LangGraph drops pending tasks for nodes the graph does not have
@@ -422,6 +453,9 @@ class Agent:
             # The stream already told us how the run ended: skip reloading the
             # whole checkpoint (O(history)) just to read it back (benchmarks,
             # "lean_status").
+            head = self._head(thread_id) if seen.interrupts else None
+            if head is not None:
+                self._stops.remember(thread_id, _Stop(head=head, interrupts=seen.interrupts))
             return seen.result(thread_id, self.ledger.list(thread_id=thread_id))
         result = self.status(thread_id)
         if error is not None:
@@ -441,6 +475,49 @@ def _waiting(pending: Sequence[PendingInterrupt]) -> RunStatus:
     if any(p.kind == "reconciliation" for p in pending):
         return RunStatus.WAITING_RECONCILIATION
     return RunStatus.WAITING_REVIEW
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    checkpoint_id: str
+    writes: tuple[tuple[str, str], ...]
+    """(task id, channel) of every write attached to the checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """A run of this agent ended at ``interrupts`` with the thread at ``head``."""
+
+    head: _Head
+    interrupts: list[PendingInterrupt]
+
+    def result(self, thread_id: str, operations: list[Operation]) -> RunResult:
+        return RunResult(
+            thread_id=thread_id,
+            status=_waiting(self.interrupts),
+            interrupts=list(self.interrupts),
+            operations=operations,
+        )
+
+
+class _Stops:
+    """The last ``_Stop`` per thread, the ``limit`` most recent threads only."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._by_thread: dict[str, _Stop] = {}
+        self._limit = limit
+
+    def remember(self, thread_id: str, stop: _Stop) -> None:
+        self._by_thread.pop(thread_id, None)
+        self._by_thread[thread_id] = stop
+        while len(self._by_thread) > self._limit:
+            del self._by_thread[next(iter(self._by_thread))]
+
+    def pop(self, thread_id: str, default: None = None) -> _Stop | None:
+        return self._by_thread.pop(thread_id, default)
+
+    def __setitem__(self, thread_id: str, stop: _Stop) -> None:
+        self.remember(thread_id, stop)
 
 
 class _Seen:
