@@ -116,6 +116,37 @@ def test_corrupt_row_is_refused_and_nothing_changes(ledger_file: Path, kind: str
     assert _files(ledger_file) == files
 
 
+@pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
+def test_corruption_after_a_listing_is_still_caught(ledger_file: Path, kind: str) -> None:
+    """A row listed (and remembered) before it was corrupted is decoded and checked again."""
+    statement, message = CORRUPTIONS[kind]
+    with SqliteLedger(ledger_file) as ledger:
+        first = ledger.list()
+        assert ledger.list() == first
+        assert [a is b for a, b in zip(ledger.list(), first, strict=True)] == [True, True]
+        conn = sqlite3.connect(ledger_file, isolation_level=None, timeout=10)
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute("DROP TRIGGER operations_identity_immutable")
+        conn.execute(statement)
+        conn.close()
+        with pytest.raises(LedgerCorruptError, match=message) as info:
+            ledger.list()
+        assert info.value.operation_id == OP
+        (other,) = ledger.list(thread_id="t1", states=[OpState.IN_FLIGHT])
+        assert other is first[1]  # the untouched row is still the remembered one
+
+
+def test_a_row_changed_by_another_connection_is_read_afresh(ledger_file: Path) -> None:
+    """Listing reuses nothing once another process changed the row."""
+    with SqliteLedger(ledger_file) as reader, SqliteLedger(ledger_file) as writer:
+        before = {op.operation_id: op for op in reader.list()}
+        assert before["t1:c2"].state is OpState.IN_FLIGHT
+        writer.recover_in_flight()
+        after = {op.operation_id: op for op in reader.list()}
+    assert after["t1:c2"].state is OpState.UNKNOWN
+    assert after["t1:c1"] is before["t1:c1"]
+
+
 def test_corrupt_in_flight_row_blocks_recovery_atomically(ledger_file: Path) -> None:
     """A corrupt IN_FLIGHT row makes recover_in_flight fail without recovering anything."""
     _tamper(ledger_file, "UPDATE operations SET args_json = '{}' WHERE operation_id = 't1:c2'")

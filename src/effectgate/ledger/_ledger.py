@@ -72,6 +72,9 @@ def _approval_target(state: OpState, decision: str) -> OpState | None:
     return _S.APPROVED if state is _S.PROPOSED else None
 
 
+_CHECKED_LIMIT = 20_000
+
+
 class Ledger(AttemptsMixin):
     """The durable record of every external action (DESIGN §1-3, §6).
 
@@ -96,6 +99,8 @@ class Ledger(AttemptsMixin):
         self.clock: Clock = clock or SystemClock()
         """The clock every timestamp is read from."""
         self._rng = rng or random.Random()
+        self._checked: dict[str, Operation] = {}
+        """The last ``Operation`` object of each id that passed ``verified`` (see ``list``)."""
 
     @property
     def store(self) -> LedgerStore:
@@ -312,7 +317,20 @@ class Ledger(AttemptsMixin):
             ops = r.list_operations(
                 thread_id=thread_id, states=states, tool=tool, intent_hash=intent_hash
             )
-        return [verified(op) for op in ops]
+        return [self._verified_once(op) for op in ops]
+
+    def _verified_once(self, op: Operation) -> Operation:
+        # A store may hand back the very object it decoded before for a row
+        # that did not change (SqliteLedgerStore does); that object was
+        # verified then and is frozen. Any other object is verified now.
+        if self._checked.get(op.operation_id) is op:
+            return op
+        verified(op)
+        self._checked[op.operation_id] = op
+        if len(self._checked) > _CHECKED_LIMIT:
+            for old in builtins.list(self._checked)[: len(self._checked) - _CHECKED_LIMIT]:
+                self._checked.pop(old, None)
+        return op
 
     def approvals(self, operation_id: str) -> builtins.list[Approval]:
         """Return an operation's approvals in the order they were recorded."""

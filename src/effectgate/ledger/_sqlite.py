@@ -172,11 +172,43 @@ def _translated(path: Path) -> Iterator[None]:
         raise _translate_error(exc, path) from exc
 
 
+class _DecodedRows:
+    """Operations decoded from rows, reused while a row reads back byte for byte the same.
+
+    Listing a thread's operations after every run decodes every row (JSON,
+    times, receipt): O(thread) work per step that grew to 2 ms per side effect
+    at 60 operations (issue 8). An operation is a pure function of its row, so
+    a row equal to the one decoded before yields the same frozen ``Operation``;
+    any change to any column (a new state, attempt, receipt, or corruption)
+    makes the row differ and it is decoded, and validated, afresh. At most
+    ``limit`` rows are kept, the most recently decoded.
+    """
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self._by_id: dict[str, tuple[tuple[Any, ...], Operation]] = {}
+        self._limit = limit
+
+    def operation(self, row: sqlite3.Row) -> Operation:
+        raw = tuple(row)
+        key = raw[0]  # operation_id: OPERATION_COLUMNS starts with it
+        hit = self._by_id.get(key)
+        if hit is not None and hit[0] == raw:
+            return hit[1]
+        op = codec.operation_from_row(row)
+        self._by_id.pop(key, None)
+        self._by_id[key] = (raw, op)
+        if len(self._by_id) > self._limit:
+            for old in list(self._by_id)[: len(self._by_id) - self._limit]:
+                del self._by_id[old]
+        return op
+
+
 class _Reader:
     """Reads on one connection; the caller holds the store lock and a transaction."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, decoded: _DecodedRows | None = None) -> None:
         self._conn = conn
+        self._decoded = decoded
 
     def get_operation(self, operation_id: str) -> Operation | None:
         row = self._conn.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
@@ -210,7 +242,9 @@ class _Reader:
             params.append(intent_hash)
         sql = SQL_LIST_OPERATIONS + (" WHERE " + " AND ".join(where) if where else "")
         rows = self._conn.execute(sql + SQL_LIST_ORDER, params).fetchall()
-        return [codec.operation_from_row(row) for row in rows]
+        if self._decoded is None:
+            return [codec.operation_from_row(row) for row in rows]
+        return [self._decoded.operation(row) for row in rows]
 
     def approvals(self, operation_id: str) -> list[Approval]:
         rows = self._conn.execute(SQL_LIST_APPROVALS, (operation_id,)).fetchall()
@@ -363,6 +397,7 @@ class SqliteLedgerStore:
         if self.path.is_dir():
             raise ConfigError(f"ledger path {self.path} is a directory, not a file")
         self._lock = threading.Lock()
+        self._decoded = _DecodedRows()
         with _translated(self.path):
             conn = sqlite3.connect(
                 str(self.path),
@@ -445,7 +480,7 @@ class SqliteLedgerStore:
             conn = self._live()
             conn.execute("BEGIN")
             try:
-                yield _Reader(conn)
+                yield _Reader(conn, self._decoded)
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")  # read-only: nothing to keep
