@@ -415,7 +415,7 @@ SYSTEMS: dict[str, type[System]] = {
     "baseline": Baseline,
     "effectgate": Effectgate,
 }
-"""Systems by name; ``bench_side_effect`` adds ``effectgate_graph``, ``bench_fixes`` the fixes."""
+"""Systems by name; ``bench_side_effect`` adds ``effectgate_graph``."""
 
 
 # ------------------------------------------------------------------ environment, output

@@ -126,8 +126,56 @@ def run(calls: int, names: list[str] = SYSTEMS) -> tuple[dict[str, Any], dict[st
     for name in names:
         if keep is not None:
             shutil.copytree(root / name, keep / f"{name}-{calls}", dirs_exist_ok=True)
+    out: dict[str, Any] = {n: summarize(readings[n], times[n]) for n in names}
+    if "effectgate" in names:
+        out["effectgate_checks"] = check_long_thread(root / "effectgate", calls)
     shutil.rmtree(root, ignore_errors=True)
-    return {n: summarize(readings[n], times[n]) for n in names}, times
+    return out, times
+
+
+def check_long_thread(state: Path, calls: int) -> dict[str, Any]:
+    """Read the long effectgate thread back after reopening it.
+
+    The messages channel stores deltas with a full snapshot every 100 updates,
+    so a 200-call thread crosses several snapshots: every sampled earlier
+    checkpoint must read back as a prefix of the latest history (time travel),
+    the history must pass ``history_problems``, and one more resume after
+    reopening must run exactly one effect.
+    """
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+    from effectgate.graph import history_problems
+
+    system = c.SYSTEMS["effectgate"](state, c.make_script(calls + 2))
+    try:
+        assert isinstance(system, c.Effectgate)
+        graph = system.agent.graph
+        saver = graph.checkpointer
+        assert saver is not None
+        cfg: Any = {"configurable": {"thread_id": "t"}}
+        latest = [m.id for m in graph.get_state(cfg).values["messages"]]
+        history = list(graph.get_state_history(cfg))
+        sampled = history[:: max(1, len(history) // 16)]
+        ids = [[m.id for m in snap.values.get("messages", [])] for snap in sampled]
+        prefixes = all(got == latest[: len(got)] for got in ids)
+        snapshots = sum(
+            isinstance(t.checkpoint["channel_values"].get("messages"), _DeltaSnapshot)
+            for t in saver.list(cfg)
+        )
+        before = len(system.sink)
+        system.step("t")
+        return {
+            "messages_latest": len(latest),
+            "expected_messages": 1 + 2 * calls + 1,
+            "checkpoints": len(history),
+            "message_snapshots": snapshots,
+            "sampled_checkpoints": len(sampled),
+            "sampled_checkpoints_are_prefixes": prefixes,
+            "history_problems": history_problems(graph.get_state(cfg).values["messages"]),
+            "effects_of_one_resume_after_reopen": len(system.sink) - before,
+        }
+    finally:
+        system.close()
 
 
 def main() -> None:
