@@ -121,3 +121,23 @@ def test_a_bad_answer_on_the_shortcut_loses_nothing(state_dir: StateDir, tmp_pat
         again = agent.resume("t", decisions=APPROVE)
         assert _pending_path(again) == "b.txt"
     assert [p.name for p in state_dir.workspace.iterdir()] == ["a.txt"]
+
+
+def test_a_write_replaced_in_place_takes_the_full_path(
+    state_dir: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupt and resume writes are replaced, not added: their bytes count, not only keys."""
+    from langgraph.types import Interrupt
+
+    with _agent(state_dir) as agent:
+        agent.start("write", thread_id="t")
+        saver = agent.graph.checkpointer
+        assert saver is not None
+        head = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert head is not None
+        (task_id,) = {w[0] for w in head.pending_writes or () if w[1] == "__interrupt__"}
+        other = [Interrupt(value={"type": "review"}, id="x")]
+        saver.put_writes(head.config, [("__interrupt__", other)], task_id=task_id)
+        loads = _count_state_loads(agent, monkeypatch)
+        agent.resume("t")
+        assert loads

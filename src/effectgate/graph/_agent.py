@@ -40,6 +40,7 @@ from effectgate.dispatch import Verdict, validate_verdict
 from effectgate.errors import ConfigError, DecisionError, ThreadBusyError
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
 from effectgate.graph._policy import Policy
+from effectgate.graph._saver import StepDurableSaver
 from effectgate.ledger import Lease, Ledger, Operation, OpState
 from effectgate.tools import ToolSpec
 
@@ -138,6 +139,9 @@ class Agent:
         self._control: RunControl | None = None
         self._stop_reason: str | None = None
         """Set by ``request_stop``; sticky, so a stop asked between runs is not lost."""
+        self._keeper = _LeaseKeeper(
+            ledger, lease_ttl_s, self.request_stop, name=f"effectgate-lease-keeper {self.worker}"
+        )
         self._stops: _Stops = _Stops()
         """Where this agent's last runs stopped at interrupts, by thread (see ``_head``)."""
 
@@ -301,18 +305,14 @@ class Agent:
         one or the other (a new checkpoint, or a new pending write), whichever
         process made it. ``resume`` compares it with what its own last run
         left to decide whether that run's interrupts are still the pending
-        ones; with the ``DeltaChannel`` messages channel this read does not
-        load the message history.
+        ones. ``None`` (never equal to a remembered head) for a thread without
+        checkpoints or a saver other than ``StepDurableSaver``.
         """
         saver = self.graph.checkpointer
-        if not isinstance(saver, BaseCheckpointSaver):
-            return None
-        stored = saver.get_tuple(self._config(thread_id))
-        if stored is None:
-            return None
-        writes = tuple(sorted((str(w[0]), str(w[1])) for w in stored.pending_writes or ()))
-        checkpoint_id = str(stored.config["configurable"]["checkpoint_id"])
-        return _Head(checkpoint_id=checkpoint_id, writes=writes)
+        if not isinstance(saver, StepDurableSaver):
+            return None  # other savers: always the full path
+        found = saver.head(thread_id)
+        return None if found is None else _Head(checkpoint_id=found[0], writes=found[1])
 
     def _missing_nodes(self, thread_id: str, snapshot: Any) -> list[str]:
         # LangGraph drops pending tasks for nodes the graph does not have
@@ -398,25 +398,11 @@ class Agent:
             lease = self.ledger.acquire_lease(
                 thread_id, self.worker, self.lease_ttl_s, take_over_from=exc.owner
             )
-        stop = threading.Event()
-        holder = {"lease": lease}
-
-        def heartbeat() -> None:
-            while not stop.wait(self.lease_ttl_s / 3):
-                try:
-                    holder["lease"] = self.ledger.renew_lease(holder["lease"], self.lease_ttl_s)
-                except ThreadBusyError:
-                    self.request_stop("thread lease lost to another runner")
-                    return
-
-        beat = threading.Thread(target=heartbeat, name=f"lease-{thread_id}", daemon=True)
-        beat.start()
+        self._keeper.hold(lease)
         try:
             yield lease
         finally:
-            stop.set()
-            beat.join()
-            self.ledger.release_lease(holder["lease"])
+            self._keeper.release(thread_id)
 
     def _run(
         self, thread_id: str, value: Any, *, config: RunnableConfig | None = None
@@ -453,7 +439,7 @@ class Agent:
             # The stream already told us how the run ended: skip reloading the
             # whole checkpoint (O(history)) just to read it back (benchmarks,
             # "lean_status").
-            head = self._head(thread_id) if seen.interrupts else None
+            head = self._head(thread_id) if seen.interrupts else None  # None: not remembered
             if head is not None:
                 self._stops.remember(thread_id, _Stop(head=head, interrupts=seen.interrupts))
             return seen.result(thread_id, self.ledger.list(thread_id=thread_id))
@@ -477,11 +463,71 @@ def _waiting(pending: Sequence[PendingInterrupt]) -> RunStatus:
     return RunStatus.WAITING_REVIEW
 
 
+class _LeaseKeeper:
+    """Renews the thread leases an agent holds, from one background thread.
+
+    Every ``ttl_s / 3`` seconds each held lease is renewed; a lease another
+    runner took (``ThreadBusyError``) is dropped and ``on_lost`` asks the run
+    to stop at its next step boundary. One lock orders renewals and releases,
+    so a released lease is never renewed again. The thread starts with the
+    first lease held and ends once a period passes with none held: an idle
+    agent keeps no thread, and back-to-back runs do not start one each.
+    """
+
+    def __init__(
+        self, ledger: Ledger, ttl_s: float, on_lost: Callable[[str], None], *, name: str
+    ) -> None:
+        self._name = name
+        self._ledger = ledger
+        self._ttl_s = ttl_s
+        self._on_lost = on_lost
+        self._held: dict[str, Lease] = {}
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: Lease) -> None:
+        with self._lock:
+            self._held[lease.thread_id] = lease
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+
+    def release(self, thread_id: str) -> None:
+        with self._lock:
+            lease = self._held.pop(thread_id, None)
+            if lease is not None:
+                self._ledger.release_lease(lease)
+
+    def _loop(self) -> None:
+        with self._lock:
+            try:
+                while True:
+                    self._lock.wait(self._ttl_s / 3)
+                    if not self._held:
+                        return
+                    for thread_id, lease in list(self._held.items()):
+                        self._renew(thread_id, lease)
+            finally:
+                self._thread = None
+
+    def _renew(self, thread_id: str, lease: Lease) -> None:
+        try:
+            self._held[thread_id] = self._ledger.renew_lease(lease, self._ttl_s)
+        except ThreadBusyError:
+            del self._held[thread_id]
+            self._on_lost("thread lease lost to another runner")
+        except Exception:  # noqa: BLE001
+            # The ledger was busy or failed for a moment: keep the lease and try
+            # again next period; it stays valid for two more periods. Losing
+            # the keeper thread instead would let every lease of this agent expire.
+            return
+
+
 @dataclass(frozen=True, slots=True)
 class _Head:
     checkpoint_id: str
-    writes: tuple[tuple[str, str], ...]
-    """(task id, channel) of every write attached to the checkpoint."""
+    writes: tuple[Any, ...]
+    """Every write attached to the checkpoint, as stored: (task id, index, channel, bytes)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,33 @@ class StepDurableSaver(SqliteSaver):
                     if normal:
                         self.conn.execute("PRAGMA synchronous = FULL")
 
+    def head(self, thread_id: str, checkpoint_ns: str = "") -> tuple[str, tuple[Any, ...]] | None:
+        """The latest checkpoint id of a thread and the writes attached to it, as stored.
+
+        What ``get_tuple`` would say about the head, without deserializing
+        anything: two indexed reads. Any new checkpoint, and any new or
+        replaced write (resume and interrupt writes are replaced in place),
+        changes the answer.
+
+        Returns:
+            ``(checkpoint_id, ((task_id, idx, channel, type, value), ...))``,
+            or ``None`` for a thread without checkpoints.
+        """
+        with self.cursor(transaction=False) as cur:
+            row = cur.execute(
+                "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                "ORDER BY checkpoint_id DESC LIMIT 1",
+                (thread_id, checkpoint_ns),
+            ).fetchone()
+            if row is None:
+                return None
+            writes = cur.execute(
+                "SELECT task_id, idx, channel, type, value FROM writes WHERE thread_id = ? "
+                "AND checkpoint_ns = ? AND checkpoint_id = ? ORDER BY task_id, idx",
+                (thread_id, checkpoint_ns, row[0]),
+            ).fetchall()
+        return str(row[0]), tuple(tuple(w) for w in writes)
+
     def put_writes(
         self,
         config: RunnableConfig,
