@@ -188,13 +188,13 @@ class _DecodedRows:
         self._by_id: dict[str, tuple[tuple[Any, ...], Operation]] = {}
         self._limit = limit
 
-    def operation(self, row: sqlite3.Row) -> Operation:
-        raw = tuple(row)
+    def operation(self, raw: tuple[Any, ...]) -> Operation:
+        """The operation of a row given as a plain tuple in ``OPERATION_COLUMNS`` order."""
         key = raw[0]  # operation_id: OPERATION_COLUMNS starts with it
         hit = self._by_id.get(key)
         if hit is not None and hit[0] == raw:
             return hit[1]
-        op = codec.operation_from_row(row)
+        op = codec.operation_from_row(dict(zip(codec.OPERATION_COLUMNS, raw, strict=True)))
         self._by_id.pop(key, None)
         self._by_id[key] = (raw, op)
         if len(self._by_id) > self._limit:
@@ -241,10 +241,16 @@ class _Reader:
             where.append("intent_hash = ?")  # operations_by_intent (schema v2)
             params.append(intent_hash)
         sql = SQL_LIST_OPERATIONS + (" WHERE " + " AND ".join(where) if where else "")
-        rows = self._conn.execute(sql + SQL_LIST_ORDER, params).fetchall()
         if self._decoded is None:
+            rows = self._conn.execute(sql + SQL_LIST_ORDER, params).fetchall()
             return [codec.operation_from_row(row) for row in rows]
-        return [self._decoded.operation(row) for row in rows]
+        cur = self._conn.cursor()
+        cur.row_factory = None  # plain tuples: compared as they are, decoded only if new
+        try:
+            raws = cur.execute(sql + SQL_LIST_ORDER, params)
+            return [self._decoded.operation(raw) for raw in raws]
+        finally:
+            cur.close()
 
     def approvals(self, operation_id: str) -> list[Approval]:
         rows = self._conn.execute(SQL_LIST_APPROVALS, (operation_id,)).fetchall()
