@@ -206,13 +206,13 @@ class Agent:
         """
         with self._lease(thread_id):
             self.ledger.recover_in_flight(thread_id=thread_id)
-            stop = self._stops.pop(thread_id, None)
+            stop = self._stops.pop(thread_id)
             if stop is not None and stop.head == self._head(thread_id):
                 # Nothing moved since this agent's last run stopped at these
                 # interrupts: answer them without reloading the whole state.
                 resume = self._resume_map(stop.interrupts, decisions, verdicts)
                 if resume is None:
-                    self._stops[thread_id] = stop
+                    self._stops.remember(thread_id, stop)
                     return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
                 return self._run(thread_id, Command(resume=resume))
             snapshot = self.graph.get_state(self._config(thread_id))
@@ -559,11 +559,8 @@ class _Stops:
         while len(self._by_thread) > self._limit:
             del self._by_thread[next(iter(self._by_thread))]
 
-    def pop(self, thread_id: str, default: None = None) -> _Stop | None:
-        return self._by_thread.pop(thread_id, default)
-
-    def __setitem__(self, thread_id: str, stop: _Stop) -> None:
-        self.remember(thread_id, stop)
+    def pop(self, thread_id: str) -> _Stop | None:
+        return self._by_thread.pop(thread_id, None)
 
 
 class _Seen:
