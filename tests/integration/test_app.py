@@ -10,6 +10,7 @@ from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError
 from effectgate.graph import RunStatus
+from effectgate.testing.oracle import world
 from effectgate.tools import file_tools
 
 
@@ -56,3 +57,43 @@ def test_resume_with_an_agent_missing_the_pending_tool_is_refused(
         assert status.error is not None and "effect.create_ticket" in status.error
     with open_agent(state_dir, endpoints=services.endpoints) as agent:
         assert agent.status("t1").status is RunStatus.WAITING_RECONCILIATION
+
+
+def test_review_waiting_on_a_tool_the_agent_lacks_is_refused_and_loses_nothing(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """Waiting at the review of send_email + write_file: an agent without mail must not run.
+
+    It used to drop the send_email call silently, write the note and call the
+    thread done without any mail (found by a fresh user resuming a thread that
+    the library started, from the CLI, which rebuilt the agent without the
+    demo services).
+    """
+    approve = {"decisions": [{"type": "approve"}]}
+    with open_agent(state_dir, endpoints=services.endpoints) as agent:
+        agent.start("go", thread_id="t1")
+        second = agent.resume("t1", decisions=approve)  # the ticket
+        names = [a["name"] for a in second.interrupts[0].value["action_requests"]]
+        assert names == ["send_email", "write_file"]
+    with open_agent(state_dir, tools=file_tools(state_dir.workspace)) as bare:
+        status = bare.status("t1")
+        assert status.status is RunStatus.INCOMPLETE
+        assert "effect.send_email" in (status.error or "")
+        for answer in (None, {"decisions": [{"type": "approve"}] * 2}, approve):
+            with pytest.raises(ConfigError, match=r"effect\.send_email"):
+                bare.resume("t1", decisions=answer)
+        # the raw graph (no runner) refuses too, instead of dropping the call
+        from langgraph.types import Command
+
+        config = {"configurable": {"thread_id": "t1"}}
+        interrupt_id = second.interrupts[0].id
+        with pytest.raises(ConfigError, match="send_email"):
+            bare.graph.invoke(
+                Command(resume={interrupt_id: {"decisions": [{"type": "approve"}] * 2}}), config
+            )
+    assert not (state_dir.workspace / "incidents").exists()
+    with open_agent(state_dir, endpoints=services.endpoints) as agent:
+        done = agent.resume("t1", decisions={"decisions": [{"type": "approve"}] * 2})
+        assert done.status is RunStatus.DONE, done.error
+    w = world(state_dir)
+    assert (w.tickets, w.mails, len(w.files)) == (1, 1, 1)

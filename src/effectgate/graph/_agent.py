@@ -41,6 +41,7 @@ from effectgate.errors import ConfigError, DecisionError, ThreadBusyError
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
 from effectgate.graph._policy import Policy
 from effectgate.graph._saver import StepDurableSaver
+from effectgate.graph._state import effect_node_name
 from effectgate.ledger import Lease, Ledger, Operation, OpState
 from effectgate.tools import ToolSpec
 
@@ -319,6 +320,12 @@ class Agent:
         # ("Ignoring unknown node name ...") and would call the thread done:
         # an agent rebuilt without a tool must say so, not lose the call.
         wanted = {t.name for t in snapshot.tasks}
+        # Calls waiting at a review go to their effect nodes once answered; a
+        # review node rebuilt without one of those tools would drop the call.
+        for item in snapshot.interrupts:
+            value = item.value if isinstance(item.value, Mapping) else {}
+            for action in value.get("action_requests", ()) if value.get("type") == "review" else ():
+                wanted.add(effect_node_name(str(action.get("name"))))
         saver = self.graph.checkpointer
         if isinstance(saver, BaseCheckpointSaver):
             stored = saver.get_tuple(self._config(thread_id))

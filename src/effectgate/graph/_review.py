@@ -23,7 +23,7 @@ from langgraph.types import Command, Send, interrupt
 from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
-from effectgate.errors import DecisionError, ToolCallError
+from effectgate.errors import ConfigError, DecisionError, ToolCallError
 from effectgate.graph._messages import PendingCall, error_message, pending_calls, rejection_message
 from effectgate.graph._policy import Policy
 from effectgate.graph._state import (
@@ -288,7 +288,17 @@ def make_review_node(
 
     def review(state: AgentState, config: RunnableConfig) -> Command[Any]:
         thread_id = str(config["configurable"]["thread_id"])
-        calls = [c for c in pending_calls(state["messages"]) if c.name in specs]
+        calls = pending_calls(state["messages"])
+        # Reads and malformed calls were answered before the review; a call
+        # left for a tool this graph lacks means it was rebuilt with fewer
+        # tools than the thread began with. Dropping the call would lose it.
+        missing = sorted({c.name for c in calls if c.name not in specs})
+        if missing:
+            raise ConfigError(
+                f"thread {thread_id!r} has calls waiting for review to {', '.join(missing)}, "
+                "which this agent does not have as side-effect tools; rebuild it with the "
+                "same tools the thread started with"
+            )
         prepared = prepare_calls(calls, specs, ledger=ledger, policy=policy, thread_id=thread_id)
         asked = [p for p in prepared if not p.auto and p.duplicate_in_message is None]
         decided: list[_Decided] = []
