@@ -404,6 +404,7 @@ class SqliteLedgerStore:
             raise ConfigError(f"ledger path {self.path} is a directory, not a file")
         self._lock = threading.Lock()
         self._decoded = _DecodedRows()
+        self._busy_timeout_s = to_seconds(busy_timeout)
         with _translated(self.path):
             conn = sqlite3.connect(
                 str(self.path),
@@ -431,13 +432,27 @@ class SqliteLedgerStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
         self._check_version(version, migrate=migrate)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = self._switch_to_wal(conn)
         if str(mode).lower() != "wal":
             raise ConfigError(f"ledger {self.path}: the file system refused WAL (got {mode!r})")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         if version < LATEST_VERSION:
             self._migrate(conn)
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> str:
+        # Switching a new file to WAL needs an exclusive lock, and SQLite may
+        # answer SQLITE_BUSY at once instead of calling the busy handler
+        # while other connections open the same new file (seen with four
+        # threads on a loaded machine). Retry until the busy timeout.
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     def _inspect(self, conn: sqlite3.Connection) -> int:
         """Return the schema version of a ledger file; 0 for an empty file."""
