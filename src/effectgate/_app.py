@@ -134,6 +134,7 @@ def open_agent(
     on_event: Callable[[Mapping[str, Any]], None] | None = None,
     on_wait: Callable[[Operation, float], None] | None = None,
     lease_ttl_s: float = 30.0,
+    lease_wait_s: float = 0.0,
     clock: Clock | None = None,
 ) -> Iterator[Agent]:
     """Open an ``Agent`` on a state directory, and close its files afterwards.
@@ -149,6 +150,8 @@ def open_agent(
         on_event: progress hook for streamed updates.
         on_wait: progress hook for backoff waits.
         lease_ttl_s: thread lease lifetime in seconds.
+        lease_wait_s: seconds to wait for a thread another live runner holds
+            before ``ThreadBusyError`` (default 0: fail at once).
         clock: time source for approvals, backoff and the ledger (a
             ``effectgate.testing.FakeClock`` in tests and notebooks).
 
@@ -182,6 +185,7 @@ def open_agent(
             on_event=on_event,
             on_wait=on_wait,
             lease_ttl_s=lease_ttl_s,
+            lease_wait_s=lease_wait_s,
             clock=clock,
         )
         yield agent

@@ -70,3 +70,24 @@ def test_kill_at_seam_then_resume_repeats_nothing(tmp_path: Path, seam: Failpoin
     assert len(out["operations"]) == 3
     assert (out["external"]["tickets"], out["external"]["mails_delivered"]) == (1, 1)
     _assert_one_of_each(state)
+
+
+def test_demo_after_services_ran_without_a_stored_rate_still_handles_the_incident(
+    tmp_path: Path,
+) -> None:
+    """Service files exist but no error rate was ever stored: the demo still starts at 0.12.
+
+    Found by a fresh user: a first ``demo`` killed after the services created
+    their files but before the rate was stored (or an earlier ``effectgate
+    services``) left a world reporting 0.0, and every later ``demo`` did nothing.
+    """
+    from effectgate._app import StateDir
+    from effectgate.demo import DemoServices
+
+    state = tmp_path / "state"
+    sd = StateDir.open(state)
+    with DemoServices(sd.services):
+        pass  # the services' files now exist, with no error rate stored
+    ran = eg("demo", "--state-dir", str(state), "--thread", "t1", "--approve", "all", "--json")
+    assert ran.code == 0, ran.stderr
+    _assert_one_of_each(state)

@@ -370,7 +370,7 @@ def test_unknown_outcome_parks_then_human_verdict(
             agent.resume("t1", verdicts={op.operation_id: {"verdict": "retry"}})
         with pytest.raises(DecisionError, match="no pending reconciliation"):
             agent.resume("t1", verdicts={"nope": {"verdict": "failed"}})
-        with pytest.raises(DecisionError, match="no verdict"):
+        with pytest.raises(DecisionError, match="no review is pending"):
             agent.resume("t1", decisions={"decisions": []})
         result = agent.resume(
             "t1",

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from effectgate._app import StateDir, open_agent
-from effectgate.errors import ThreadBusyError
+from effectgate.errors import ConfigError, ThreadBusyError
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.ledger import Lease, SqliteLedger
 from effectgate.models import ScriptedChatModel
@@ -115,3 +115,30 @@ def test_a_released_lease_is_not_renewed_and_the_keeper_ends(state_dir: StateDir
             assert lease is not None and lease.owner == agent.worker
             assert lease.expires_at <= ledger.clock.now()
         assert _keepers(agent) == []
+
+
+def test_a_brief_hold_is_waited_for_and_a_late_starter_does_not_take_the_lease(
+    state_dir: StateDir,
+) -> None:
+    """Three concurrent demo starts once left nobody finishing (a fresh user saw 75/75/2).
+
+    A starter that only finds the thread exists must say so without taking the
+    lease; a runner meeting a short hold by a live process waits (lease_wait_s).
+    """
+    with _agent(state_dir, []) as agent:
+        agent.start("go", thread_id="t")
+        with SqliteLedger(state_dir.ledger) as ledger:
+            held = ledger.acquire_lease("t", "someone-alive", 30.0)  # a live holder
+            with pytest.raises(ConfigError, match="already exists"):
+                agent.start("go", thread_id="t")  # refused before any lease is asked for
+            with pytest.raises(ThreadBusyError):
+                agent.resume("t")  # lease_wait_s=0: at once
+            timer = threading.Timer(0.3, ledger.release_lease, args=(held,))
+            timer.start()
+            agent.lease_wait_s = 2.0
+            t0 = time.monotonic()
+            result = agent.resume("t", decisions=APPROVE)
+            waited = time.monotonic() - t0
+            timer.join()
+    assert result.status is RunStatus.WAITING_REVIEW, result.error
+    assert waited >= 0.25  # it waited for the hold instead of failing

@@ -94,3 +94,34 @@ def test_old_and_new_checkpoints_read_back_as_one_growing_history(tmp_path: Path
         assert forked.status is RunStatus.DONE, forked.error
     assert (sd.workspace / "b.txt").stat().st_mtime_ns == mtime
     assert (sd.workspace / "b.txt").read_bytes() == b"second\n"
+
+
+def test_cli_resume_of_a_thread_without_a_recorded_model_needs_model(tmp_path: Path) -> None:
+    """The CLI never guesses a model for a thread the library started (metadata ``{}``).
+
+    Found by a fresh user: ``effectgate resume`` played the demo's incident
+    script on this two-files thread; another history could have led that
+    script to propose mails or tickets that ``--approve all`` approves.
+    """
+    import json
+    import subprocess
+
+    sd = _copy(tmp_path)
+    script = tmp_path / "two-files.json"
+    script.write_text(json.dumps(SCRIPT))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "effectgate.cli", "resume", "--thread", "old",
+             "--state-dir", str(sd.root), "--approve", "all", *args],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    refused = cli()
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "no recorded model" in refused.stdout + refused.stderr
+    assert sorted(p.name for p in sd.workspace.iterdir()) == ["a.txt"]
+    done = cli("--model", f"scripted:{script}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the thread records none" in done.stderr
+    assert (sd.workspace / "b.txt").read_bytes() == b"second\n"

@@ -256,6 +256,14 @@ def resume(
     ] = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
+    with_services: Annotated[
+        bool,
+        typer.Option(
+            "--with-services",
+            help="Start the demo ticket service and mail sink even if the thread's record "
+            "does not say so (a thread started through the library).",
+        ),
+    ] = False,
 ) -> None:
     """Continue a thread where it stopped (after review, a crash, Ctrl-C), repeating nothing.
 
@@ -270,6 +278,7 @@ def resume(
             thread_id=thread,
             model_options={"base_url": base_url, "api_key": api_key},
             model_spec=model,
+            with_services=with_services,
         )
     raise typer.Exit(code)
 

@@ -28,7 +28,7 @@ __all__ = [
     "load_decisions_file",
 ]
 
-_ENTRY_KEYS = frozenset({"decisions", "reviewer", "verdicts"})
+_ENTRY_KEYS = frozenset({"decisions", "interrupt_id", "reviewer", "verdicts"})
 _DECISION_KEYS = frozenset({"type", "edited_action", "message", "tool_call_id"})
 _TYPES = ("approve", "edit", "reject")
 
@@ -190,7 +190,10 @@ class FileDecisions:
             edited = decision.get("edited_action")
             if isinstance(edited, dict) and "name" not in edited:
                 decision["edited_action"] = {"name": action["name"], **edited}
-        return {"decisions": decisions, "reviewer": entry.get("reviewer", self.reviewer)}
+        answer = {"decisions": decisions, "reviewer": entry.get("reviewer", self.reviewer)}
+        if "interrupt_id" in entry:
+            answer["interrupt_id"] = entry["interrupt_id"]  # pinned to one review
+        return answer
 
     def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Return the file's verdict for the request's operation, or ``None``."""
@@ -207,7 +210,9 @@ def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
     """Read and validate a decisions file before anything runs.
 
     Accepted shapes: ``{"decisions": [...], "reviewer": "..."}`` (the next
-    review), a list of such objects (successive reviews), or
+    review; with ``"interrupt_id"`` from ``effectgate pending --json`` only
+    that review, refused if it is no longer pending), a list of such objects
+    (successive reviews), or
     ``{"verdicts": {operation_id: verdict}}``; an object may hold both.
 
     Args:
@@ -244,6 +249,13 @@ def _check_entry(entry: Any, where: str) -> None:
         raise DecisionError(f'{where}: needs "decisions" or "verdicts"')
     if "reviewer" in entry and not isinstance(entry["reviewer"], str):
         raise DecisionError(f"{where}: reviewer must be a string")
+    if "interrupt_id" in entry and (
+        not isinstance(entry["interrupt_id"], str) or "decisions" not in entry
+    ):
+        raise DecisionError(
+            f'{where}: interrupt_id must be a string (from "effectgate pending --json") '
+            'and comes with "decisions"'
+        )
     if "decisions" in entry:
         decisions = entry["decisions"]
         if not isinstance(decisions, list) or not decisions:

@@ -72,6 +72,9 @@ DEMO_TASK = (
 DEMO_ERROR_RATE = 0.12
 """The orders error rate a fresh demo world starts with (above the 5% threshold)."""
 
+LEASE_WAIT_S = 2.0
+"""Seconds a command waits for a thread another live process holds before exiting 75."""
+
 # Tools are built against these when only the checkpoint is read (status, pending):
 # nothing is called, so no service has to run.
 _NOWHERE = "http://127.0.0.1:9"
@@ -229,6 +232,9 @@ def _execute(
                 endpoints=endpoints,
                 on_event=progress.on_event,
                 on_wait=progress.on_wait,
+                # ride over another command's brief hold (e.g. a concurrent
+                # start that only finds the thread exists) before exiting 75
+                lease_wait_s=LEASE_WAIT_S,
             )
         )
         output.progress(f"thread {plan.thread_id} (state in {sd.root})")
@@ -311,13 +317,14 @@ def _next_steps(result: RunResult, code: ExitCode, state_dir: Path | None) -> Se
     return lines
 
 
-def _prepare_demo(
-    error_rate: float | None,
-    first_run: bool,
-    output: Output,
-) -> Callable[[DemoServices], None]:
+def _prepare_demo(error_rate: float | None, output: Output) -> Callable[[DemoServices], None]:
     def prepare(services: DemoServices) -> None:
-        if error_rate is not None or first_run:
+        from effectgate.demo.services import read_error_rate
+
+        # "Fresh" means no rate was ever stored, not "no service files yet": a
+        # first demo killed between starting the services and storing the
+        # rate, or an earlier `effectgate services`, must still get 0.12.
+        if error_rate is not None or read_error_rate(services.data_dir, "orders") is None:
             rate = DEMO_ERROR_RATE if error_rate is None else error_rate
             services.set_error_rate("orders", rate)
             output.progress(f"ticket service: orders error rate set to {rate}")
@@ -338,7 +345,6 @@ def run_demo(
         ThreadBusyError: another process runs the thread.
     """
     from effectgate._app import StateDir
-    from effectgate.demo.services import TICKETS_DB
 
     source = _source(flags, output)
     check_failpoint(flags.crash_at)
@@ -353,7 +359,7 @@ def run_demo(
         model=model,
         services=True,
         begin=lambda agent: agent.start(DEMO_TASK, thread_id=thread, metadata=metadata),
-        prepare=_prepare_demo(error_rate, not (sd.services / TICKETS_DB).exists(), output),
+        prepare=_prepare_demo(error_rate, output),
     )
     return _execute(sd, flags, plan, source, output)
 
@@ -406,6 +412,7 @@ def run_resume(
     thread_id: str,
     model_options: Mapping[str, Any],
     model_spec: str | None = None,
+    with_services: bool = False,
 ) -> int:
     """Continue a thread from where it stopped, with the agent its metadata describes.
 
@@ -433,9 +440,17 @@ def run_resume(
         return report(status, sd, output, state_dir=flags.state_dir)
     options = {k: meta.get(k) for k in ("base_url", "max_retries")}
     options.update({k: v for k, v in model_options.items() if v is not None})
-    stored = str(meta.get("model", DEMO_MODEL))
-    model = _resume_model(stored, model_spec, options, output)
-    services = bool(meta.get("services", meta.get("kind") == "demo"))
+    stored = meta.get("model")
+    if stored is None and model_spec is None:
+        # Started through the library (or by a build that stored nothing):
+        # guessing a model could make it propose effects the thread never
+        # planned, and --approve all would approve them.
+        raise ConfigError(
+            f"thread {thread_id!r} has no recorded model (it was started through the "
+            "library, not the CLI): pass --model SPEC, the model it was started with"
+        )
+    model = _resume_model(None if stored is None else str(stored), model_spec, options, output)
+    services = with_services or bool(meta.get("services", meta.get("kind") == "demo"))
     plan = _Plan(
         thread_id=thread_id,
         model=model,
@@ -446,12 +461,15 @@ def run_resume(
 
 
 def _resume_model(
-    stored: str, override: str | None, options: Mapping[str, Any], output: Output
+    stored: str | None, override: str | None, options: Mapping[str, Any], output: Output
 ) -> BaseChatModel:
     if override is not None:
-        if override != stored:
+        if stored is None:
+            output.progress(f"model {override} for this resume (the thread records none)")
+        elif override != stored:
             output.progress(f"model {override} for this resume (the thread's stored one: {stored})")
         return _model(override, options)
+    assert stored is not None  # run_resume refuses a thread with neither
     try:
         return _model(stored, options)
     except ConfigError as exc:

@@ -167,6 +167,11 @@ def _answer(
         value = item.value
         if item.kind == "review":
             answers.decisions = _ask(source, stopper, partial(source.review, value))
+            if answers.decisions is not None:
+                # Bind the answer to the review it was given for: if another
+                # process answers that one first, this answer is refused
+                # instead of landing on whatever review comes next.
+                answers.decisions = {"interrupt_id": item.id, **answers.decisions}
             if answers.decisions is None:
                 names = ", ".join(str(a.get("name")) for a in value.get("action_requests", []))
                 missing.append(f"answer to the review of {names}")

@@ -81,6 +81,17 @@ def read_tickets(data_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return read_tickets_db(Path(data_dir) / TICKETS_DB)
 
 
+def read_error_rate(data_dir: str | os.PathLike[str], service_name: str) -> float | None:
+    """Read the error rate stored for ``service_name`` in the ticket service's own file.
+
+    Returns:
+        The fraction, or ``None`` if none was ever stored (the service then reports 0.0).
+    """
+    from effectgate.demo.ticket_service import read_error_rate_db
+
+    return read_error_rate_db(Path(data_dir) / TICKETS_DB, service_name)
+
+
 def read_mails(data_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read every delivered message from the mail sink's own SQLite file under ``data_dir``.
 

@@ -250,6 +250,24 @@ def read_tickets_db(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return [] if exists is None else [_ticket(row) for row in conn.execute(_SQL_LIST)]
 
 
+def read_error_rate_db(db_path: str | os.PathLike[str], service: str) -> float | None:
+    """Read the stored error rate of ``service`` straight from the SQLite file.
+
+    Returns:
+        The fraction, or ``None`` when none was ever stored (no file, no
+        table, or no row): the service then reports 0.0.
+    """
+    path = Path(db_path)
+    if not path.exists():
+        return None
+    with contextlib.closing(sqlite3.connect(path, timeout=10.0)) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'error_rates'"
+        ).fetchone()
+        row = None if exists is None else conn.execute(_SQL_GET_RATE, (service,)).fetchone()
+    return None if row is None else float(row[0])
+
+
 def _parse_ticket(payload: Any) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise HttpProblem(status=400, error="invalid_request", detail="body must be an object")

@@ -19,6 +19,7 @@ import enum
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -102,6 +103,13 @@ class Agent:
         clock: time source.
         lease_ttl_s: seconds a thread lease lasts without renewal; renewed
             every third of it while a run is under way.
+        lease_wait_s: seconds to wait for a thread held by another live
+            runner before ``ThreadBusyError`` (0: fail at once). Rides over
+            short holds, e.g. a second starter that only finds the thread exists.
+        recursion_limit: most supersteps one run may take (LangGraph's
+            ``recursion_limit``; a read-only tool call costs two). Reviews
+            end runs, so only a model looping on reads meets it; the thread
+            then stops ``INCOMPLETE`` and ``resume`` continues it.
         on_event: called with each streamed graph update (progress display).
         on_wait: called before each backoff wait with the operation and seconds.
     """
@@ -117,6 +125,8 @@ class Agent:
         system_prompt: str | None = None,
         clock: Clock | None = None,
         lease_ttl_s: float = 30.0,
+        lease_wait_s: float = 0.0,
+        recursion_limit: int = 1000,
         on_event: EventHook | None = None,
         on_wait: Callable[[Operation, float], None] | None = None,
     ) -> None:
@@ -136,6 +146,8 @@ class Agent:
         self.ledger = ledger
         self.dispatcher = self.parts.dispatcher
         self.lease_ttl_s = lease_ttl_s
+        self.lease_wait_s = lease_wait_s
+        self.recursion_limit = recursion_limit
         self.on_event = on_event
         self._control: RunControl | None = None
         self._stop_reason: str | None = None
@@ -174,10 +186,16 @@ class Agent:
         if existing is not None and dict(existing.input) != {"task": task}:
             raise ConfigError(f"thread {thread_id!r} already exists with another task")
         self.ledger.record_thread(thread_id, {"task": task}, metadata)
+        # Look before taking the lease: a late starter that only has to say
+        # "already exists" must not hold the thread while its runner wants it back.
+        self._refuse_existing(thread_id)
         with self._lease(thread_id):
-            if self.graph.get_state(self._config(thread_id)).metadata is not None:
-                raise ConfigError(f"thread {thread_id!r} already exists; resume it instead")
+            self._refuse_existing(thread_id)
             return self._run(thread_id, {"messages": [HumanMessage(task)]})
+
+    def _refuse_existing(self, thread_id: str) -> None:
+        if self.graph.get_state(self._config(thread_id)).metadata is not None:
+            raise ConfigError(f"thread {thread_id!r} already exists; resume it instead")
 
     def resume(
         self,
@@ -207,10 +225,12 @@ class Agent:
         """
         with self._lease(thread_id):
             self.ledger.recover_in_flight(thread_id=thread_id)
+            _check_answers_shape(decisions, verdicts)
             stop = self._stops.pop(thread_id)
             if stop is not None and stop.head == self._head(thread_id):
                 # Nothing moved since this agent's last run stopped at these
                 # interrupts: answer them without reloading the whole state.
+                _refuse_unasked(thread_id, stop.interrupts, decisions, verdicts)
                 resume = self._resume_map(stop.interrupts, decisions, verdicts)
                 if resume is None:
                     self._stops.remember(thread_id, stop)
@@ -221,10 +241,12 @@ class Agent:
                 record = self.ledger.get_thread(thread_id)
                 if record is None:
                     raise ConfigError(f"unknown thread {thread_id!r}")
+                _refuse_unasked(thread_id, [], decisions, verdicts)
                 task = str(record.input.get("task", ""))
                 return self._run(thread_id, {"messages": [HumanMessage(task)]})
             self._check_nodes(thread_id, snapshot)
             pending = self._interrupts(snapshot)
+            _refuse_unasked(thread_id, pending, decisions, verdicts)
             if pending:
                 resume = self._resume_map(pending, decisions, verdicts)
                 if resume is None:
@@ -295,9 +317,8 @@ class Agent:
 
     # -------------------------------------------------------------- internals
 
-    @staticmethod
-    def _config(thread_id: str) -> RunnableConfig:
-        return {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+    def _config(self, thread_id: str) -> RunnableConfig:
+        return {"configurable": {"thread_id": thread_id}, "recursion_limit": self.recursion_limit}
 
     def _head(self, thread_id: str) -> _Head | None:
         """The thread's latest checkpoint id and the writes attached to it.
@@ -373,11 +394,19 @@ class Agent:
     ) -> Mapping[str, Any] | None:
         if decisions is None:
             return None
+        meant = decisions.get("interrupt_id")
+        if meant is not None and meant != item.id:
+            raise DecisionError(
+                f"this answer is for review {meant}, which is no longer pending; the thread "
+                f"now waits at review {item.id} (was the first one answered elsewhere?). "
+                "Nothing ran: look at the pending review and answer it"
+            )
         check_review_answer(item.value, decisions)
         # Bind the answer to what was shown: the node refuses it if the calls
         # it rebuilds on resume hash differently (e.g. a new tool version).
         shown = [a["intent_hash"] for a in item.value.get("action_requests", [])]
-        return {**decisions, "shown": shown}
+        answer = {k: v for k, v in decisions.items() if k != "interrupt_id"}
+        return {**answer, "shown": shown}
 
     def _verdict_answer(
         self, item: PendingInterrupt, verdicts: Mapping[str, Verdict] | None
@@ -395,16 +424,27 @@ class Agent:
 
     @contextmanager
     def _lease(self, thread_id: str) -> Iterator[Lease]:
-        try:
-            lease = self.ledger.acquire_lease(thread_id, self.worker, self.lease_ttl_s)
-        except ThreadBusyError as exc:
-            if not _owner_is_dead(exc.owner):
-                raise
-            # The holder's process is gone (kill -9): waiting for its lease to
-            # expire would only delay recovery. Take it over, fenced by owner.
-            lease = self.ledger.acquire_lease(
-                thread_id, self.worker, self.lease_ttl_s, take_over_from=exc.owner
-            )
+        waited = 0.0
+        pause = 0.005
+        while True:
+            try:
+                lease = self.ledger.acquire_lease(thread_id, self.worker, self.lease_ttl_s)
+                break
+            except ThreadBusyError as exc:
+                if _owner_is_dead(exc.owner):
+                    # The holder's process is gone (kill -9): waiting for its lease
+                    # to expire would only delay recovery. Take it over, fenced by owner.
+                    lease = self.ledger.acquire_lease(
+                        thread_id, self.worker, self.lease_ttl_s, take_over_from=exc.owner
+                    )
+                    break
+                if waited >= self.lease_wait_s:
+                    raise
+                # A live holder, perhaps only for a moment (another process
+                # checking the thread): wait a little, as long as allowed.
+                pause = min(pause * 2, 0.1, self.lease_wait_s - waited)
+                time.sleep(pause)
+                waited += pause
         self._keeper.hold(lease)
         try:
             yield lease
@@ -634,6 +674,36 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
                 raise DecisionError(
                     f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
                 )
+
+
+def _check_answers_shape(decisions: Any, verdicts: Any) -> None:
+    if decisions is not None and not isinstance(decisions, Mapping):
+        raise DecisionError('a review answer must look like {"decisions": [...]}')
+    if verdicts is not None and not isinstance(verdicts, Mapping):
+        raise DecisionError("verdicts must map operation ids to verdicts")
+
+
+def _refuse_unasked(
+    thread_id: str,
+    pending: Sequence[PendingInterrupt],
+    decisions: Mapping[str, Any] | None,
+    verdicts: Mapping[str, Verdict] | None,
+) -> None:
+    """An answer with nothing of its kind pending was meant for something else: refuse it.
+
+    Typically another process answered the same review first and the thread
+    moved on; applying the answer to whatever waits now, or dropping it
+    silently, would both mislead the person who gave it.
+    """
+    if decisions is not None and not any(p.kind == "review" for p in pending):
+        raise DecisionError(
+            f"no review is pending on thread {thread_id!r}: the answer was not applied "
+            "(was the review answered elsewhere?)"
+        )
+    if verdicts and not any(p.kind != "review" for p in pending):
+        raise DecisionError(
+            f"no reconciliation is pending on thread {thread_id!r}: the verdicts were not applied"
+        )
 
 
 def _unanswered(item: PendingInterrupt) -> str:
