@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from effectgate.errors import ConfigError
 
-__all__ = ["ENV_VAR", "EXIT_CODE", "Failpoint", "check", "hit"]
+__all__ = ["ENV_VAR", "EXIT_CODE", "Failpoint", "check", "hit", "per_tool"]
 
 ENV_VAR = "EFFECTGATE_FAILPOINT"
 EXIT_CODE = 137
@@ -63,6 +63,11 @@ _PER_TOOL = frozenset(
     }
 )
 """Seams reached inside one tool's effect node, where ``@tool`` can select."""
+
+
+def per_tool(point: Failpoint) -> bool:
+    """Whether ``point`` is passed once per tool call, so ``NAME@tool`` can select it."""
+    return point in _PER_TOOL
 
 
 def check(effect_tools: Iterable[str], spec: str | None = None) -> None:

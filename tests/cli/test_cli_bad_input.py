@@ -168,3 +168,37 @@ def test_help_documents_exit_codes() -> None:
         "137 killed",
     ):
         assert text in flat
+
+
+def test_failpoint_that_could_never_fire_is_bad_input_or_reported(tmp_path: Path) -> None:
+    """``@tool`` on a seam not passed per tool is refused before anything is created;
+    a seam the run never passed is reported instead of passing for a crash test."""
+    state = tmp_path / "state"
+    refused = eg(
+        "demo", "--state-dir", str(state), "--approve", "all",
+        "--crash-at", "AFTER_REVIEW_RECORDED@create_ticket",
+    )  # fmt: skip
+    assert refused.code == 2 and "is not reached per tool" in refused.stderr
+    assert not state.exists()
+    unknown_tool = eg(
+        "demo", "--state-dir", str(state), "--approve", "all",
+        "--crash-at", "AFTER_IN_FLIGHT_COMMIT@no_such_tool",
+    )  # fmt: skip
+    assert unknown_tool.code == 2 and "no side-effecting tool named 'no_such_tool'" in (
+        unknown_tool.stderr
+    )
+    never = eg(
+        "demo", "--state-dir", str(state), "--thread", "t2", "--approve", "all",
+        "--crash-at", "MID_SUPERSTEP@create_ticket",
+    )  # fmt: skip
+    assert never.code == 0, never.stderr
+    assert "that seam was never reached in this run" in never.stderr
+
+
+def test_blank_task_is_bad_input(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    ran = eg("run", "  ", "--model", "scripted:incident", "--state-dir", str(state))
+    assert ran.code == 2 and "the task is empty" in ran.stderr
+    if (state / "ledger.sqlite3").exists():
+        with SqliteLedger(state / "ledger.sqlite3") as ledger:
+            assert ledger.list_threads() == []  # refused before the thread was recorded

@@ -235,3 +235,30 @@ def test_sigterm_stops_at_a_step_boundary_and_resume_finishes(tmp_path: Path) ->
     assert resumed.code == 0, resumed.stderr
     assert resumed.json["final_message"] == "Done."
     assert (state / "workspace" / "done.txt").read_bytes() == b"once\n"
+
+
+def test_reconcile_of_a_settled_operation_with_another_reference_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Repeating a verdict is a no-op; a different reference is not silently ignored."""
+    from effectgate._app import StateDir
+    from effectgate._clock import FakeClock
+    from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
+
+    sd = StateDir.open(tmp_path / "state")
+    clock = FakeClock()
+    with SqliteLedger(sd.ledger, clock=clock) as ledger:
+        req = make_request("t1:c1")
+        ledger.record_review([req], [make_approval(req, clock)])
+        op = ledger.claim("t1:c1", attempt=1, worker="w")
+        ledger.record_result(
+            "t1:c1", attempt=1, state=OpState.SUCCEEDED, receipt=make_receipt(op, clock)
+        )
+    args = ("reconcile", "t1:c1", "--state-dir", str(sd.root))
+    assert eg(*args, "--succeeded", "ref-t1:c1").code == 0  # the same verdict: a no-op
+    other = eg(*args, "--succeeded", "other-ref")
+    assert other.code == 2 and "already SUCCEEDED with reference 'ref-t1:c1'" in other.stderr
+    with SqliteLedger(sd.ledger) as ledger:
+        settled = ledger.get("t1:c1")
+    assert settled is not None and settled.receipt is not None
+    assert settled.receipt.reference == "ref-t1:c1"

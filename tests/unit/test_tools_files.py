@@ -83,6 +83,8 @@ def test_different_content_or_path_hash_differently(tools: dict[str, ToolSpec]) 
         {"path": "a/../../escape.txt", "content": "x"},
         {"path": "/etc/passwd", "content": "x"},
         {"path": ".", "content": "x"},
+        {"path": "incidents/", "content": "x"},  # a directory: it used to write "incidents"
+        {"path": "a/.", "content": "x"},
         {"path": "a.txt", "content": "x", "mode": "w"},
         {"path": "a.txt"},
         {"path": 5, "content": "x"},

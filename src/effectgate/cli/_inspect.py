@@ -295,6 +295,12 @@ def reconcile(
                     f"operation {operation_id!r} is {op.state.value}, not "
                     "NEEDS_RECONCILIATION; nothing changed"
                 )
+            stored = op.receipt.reference if op.receipt is not None else None
+            if succeeded is not None and stored != succeeded:
+                raise DecisionError(
+                    f"operation {operation_id!r} is already SUCCEEDED with reference "
+                    f"{stored!r}, not {succeeded!r}; nothing changed"
+                )
             output.progress(f"operation {operation_id} is already {wanted}")
         else:
             verdict = validate_verdict(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from effectgate import _failpoints
 from effectgate.cli._decisions import (
     BlanketDecisions,
     DecisionSource,
@@ -238,6 +239,11 @@ def _execute(
             )
         )
         output.progress(f"thread {plan.thread_id} (state in {sd.root})")
+        if crash is not None:
+            # The agent is built before the failpoint is armed, so check the
+            # spec against its tools here (a seam that is not per tool, or a
+            # tool it does not have, could never fire).
+            _failpoints.check(agent.dispatcher.tools, crash)
         arm_failpoint(crash)
         if STOPPER.requested:
             # A signal came while the services or the agent were being set up:
@@ -246,6 +252,10 @@ def _execute(
         with STOPPER.running(agent):
             result = plan.begin(agent)
         driven = drive(agent, result, source, stopper=STOPPER, say=output.note)
+    if crash is not None:
+        # Still alive: the seam was never passed (e.g. MID_SUPERSTEP needs a
+        # batch of parallel calls); the run was not the crash test it was meant to be.
+        output.note(f"--crash-at {crash}: that seam was never reached in this run")
     if isinstance(source, FileDecisions) and source.unused_verdicts:
         unused = ", ".join(source.unused_verdicts)
         output.note(f"decisions file: verdicts not used (nothing asked for them): {unused}")

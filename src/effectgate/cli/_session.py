@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from effectgate._failpoints import ENV_VAR, Failpoint
+from effectgate._failpoints import ENV_VAR, Failpoint, per_tool
 from effectgate.cli._decisions import DecisionSource
 from effectgate.cli._signals import Stopper
 from effectgate.errors import ConfigError, DecisionError
@@ -67,6 +67,8 @@ def check_failpoint(spec: str | None) -> str | None:
         raise ConfigError(f"unknown failpoint {spec!r}; seams: {seams} (see effectgate failpoints)")
     if nth and (not nth.isdigit() or int(nth) < 1):
         raise ConfigError(f"failpoint {spec!r}: '#n' must be a positive integer")
+    if at and not per_tool(Failpoint(name)):
+        raise ConfigError(f"failpoint {spec!r}: {name} is not reached per tool; drop '@{tool}'")
     return name + (at + tool if at else "") + ("#" + nth if nth else "")
 
 

@@ -178,9 +178,11 @@ class Agent:
             The thread's state after the run.
 
         Raises:
-            ConfigError: the thread already exists (use ``resume``).
+            ConfigError: the task is blank, or the thread already exists (use ``resume``).
             ThreadBusyError: another live runner holds the thread.
         """
+        if not task.strip():
+            raise ConfigError("the task is empty: say what the agent should do")
         thread_id = thread_id or uuid.uuid4().hex
         existing = self.ledger.get_thread(thread_id)
         if existing is not None and dict(existing.input) != {"task": task}:

@@ -55,6 +55,9 @@ def _checked_path(value: str) -> str:
 
 
 def _checked_file_path(value: str) -> str:
+    if value.endswith(("/", "/.")):
+        # "incidents/" names a directory; normalising would write a file "incidents"
+        raise ValueError(f"path {value!r} names a directory, not a file")
     path = _checked_path(value)
     if path == ".":
         raise ValueError("path names the workspace itself, not a file")
