@@ -95,7 +95,7 @@ def check(effect_tools: Iterable[str], spec: str | None = None) -> None:
     if name not in names:
         raise ConfigError(f"{ENV_VAR}={spec!r}: unknown seam {name!r}; one of {', '.join(names)}")
     tools = sorted(effect_tools)
-    if tool is not None and Failpoint(name) not in _PER_TOOL:
+    if tool is not None and not per_tool(Failpoint(name)):
         raise ConfigError(f"{ENV_VAR}={spec!r}: {name} is not reached per tool; drop '@{tool}'")
     if tool is not None and tool not in tools:
         raise ConfigError(
