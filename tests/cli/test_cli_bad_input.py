@@ -187,6 +187,7 @@ def test_failpoint_that_could_never_fire_is_bad_input_or_reported(tmp_path: Path
     assert unknown_tool.code == 2 and "no side-effecting tool named 'no_such_tool'" in (
         unknown_tool.stderr
     )
+    assert not state.exists()  # refused before the state directory or the services
     never = eg(
         "demo", "--state-dir", str(state), "--thread", "t2", "--approve", "all",
         "--crash-at", "MID_SUPERSTEP@create_ticket",
@@ -202,3 +203,16 @@ def test_blank_task_is_bad_input(tmp_path: Path) -> None:
     if (state / "ledger.sqlite3").exists():
         with SqliteLedger(state / "ledger.sqlite3") as ledger:
             assert ledger.list_threads() == []  # refused before the thread was recorded
+
+
+def test_decisions_file_for_a_finished_thread_exits_2(
+    finished_demo: tuple[Path, Ran], tmp_path: Path
+) -> None:
+    """A reject that arrives after someone else finished the thread must not exit 0."""
+    state, _ = finished_demo
+    reject = tmp_path / "reject.json"
+    reject.write_text(json.dumps({"decisions": [{"type": "reject", "message": "no"}]}))
+    ran = eg("resume", "--state-dir", str(state), "--thread", "demo-1", "--decisions", str(reject))
+    assert ran.code == 2, ran.stdout + ran.stderr
+    assert "were not applied" in ran.stderr
+    assert len(world(state)["tickets"]) == 1

@@ -32,7 +32,7 @@ def test_an_answer_pinned_to_an_answered_review_is_refused(state_dir: StateDir) 
         assert _pending_path(shown) == "a.txt"
         alice.resume("t", decisions=APPROVE)  # Alice approves it first
         pinned = {**REJECT, "interrupt_id": shown.interrupts[0].id}
-        with pytest.raises(DecisionError, match="no longer pending"):
+        with pytest.raises(DecisionError, match="is not pending"):
             bob.resume("t", decisions=pinned)
         still = bob.resume("t")
         assert still.status is RunStatus.WAITING_REVIEW and _pending_path(still) == "b.txt"
@@ -76,7 +76,7 @@ def test_cli_decisions_file_pinned_to_an_answered_review_exits_2(
     stale = _write(tmp_path, {**REJECT, "interrupt_id": interrupt["id"]}, name="stale.json")
     refused = cli("resume", "--thread", "t", "--decisions", str(stale))
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "no longer pending" in refused.stdout + refused.stderr
+    assert "is not pending" in refused.stdout + refused.stderr
     assert _files(state_dir) == ["a.txt"]
     assert (
         json.loads(cli("pending", "--json").stdout)["threads"][0]["interrupts"][0]["value"][

@@ -79,6 +79,10 @@ def test_review_waiting_on_a_tool_the_agent_lacks_is_refused_and_loses_nothing(
         status = bare.status("t1")
         assert status.status is RunStatus.INCOMPLETE
         assert "effect.send_email" in (status.error or "")
+        # the tools the thread started with are recorded: a missing read tool
+        # counts too (a pending read would be answered "unknown tool")
+        assert "tool get_error_rate" in (status.error or "")
+        assert "--with-services" in (status.error or "")
         for answer in (None, {"decisions": [{"type": "approve"}] * 2}, approve):
             with pytest.raises(ConfigError, match=r"effect\.send_email"):
                 bare.resume("t1", decisions=answer)

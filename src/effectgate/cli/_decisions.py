@@ -162,12 +162,19 @@ class FileDecisions:
         self, entries: list[dict[str, Any]], *, reviewer: str, say: Say = lambda text: None
     ) -> None:
         self._reviews = [entry for entry in entries if "decisions" in entry]
+        self.reviews_given = len(self._reviews)
+        """How many review answers the file holds."""
         self._verdicts: dict[str, dict[str, Any]] = {}
         for entry in entries:
             self._verdicts.update(entry.get("verdicts", {}))
         self._used: set[str] = set()
         self.reviewer = reviewer
         self.say = say
+
+    @property
+    def reviews_used(self) -> int:
+        """How many of the file's review answers were handed out so far."""
+        return self.reviews_given - len(self._reviews)
 
     @property
     def verdict_operations(self) -> list[str]:

@@ -102,6 +102,8 @@ class _Plan:
     services: bool
     begin: Callable[[Agent], RunResult]
     prepare: Callable[[DemoServices], None] = field(default=lambda services: None)
+    resuming: bool = False
+    """A resume: its decisions were meant for a review already waiting."""
 
 
 def new_thread_id(kind: str) -> str:
@@ -174,6 +176,24 @@ def _model(spec: str, options: Mapping[str, Any]) -> BaseChatModel:
     return make_model(spec, **{k: v for k, v in options.items() if v is not None})
 
 
+def _check_crash_tools(spec: str | None, state_dir: Path, *, services: bool) -> None:
+    """Refuse ``--crash-at NAME@tool`` for a tool the command's agent will not have.
+
+    Runs before the state directory or the services exist: building the
+    tool specs touches nothing.
+    """
+    if spec is None or "@" not in spec:
+        return
+    from effectgate._app import default_tools
+    from effectgate.demo import ServiceEndpoints
+
+    nowhere = ServiceEndpoints(
+        ticket_url=_NOWHERE, smtp_host="127.0.0.1", smtp_port=9, mail_url=_NOWHERE
+    )
+    tools = default_tools(state_dir / "workspace", nowhere if services else None)
+    _failpoints.check([t.name for t in tools if not t.is_read], spec)
+
+
 @contextlib.contextmanager
 def inspection_agent(sd: StateDir) -> Iterator[Agent]:
     """Open an agent that can read any thread's state and never calls anything.
@@ -239,11 +259,6 @@ def _execute(
             )
         )
         output.progress(f"thread {plan.thread_id} (state in {sd.root})")
-        if crash is not None:
-            # The agent is built before the failpoint is armed, so check the
-            # spec against its tools here (a seam that is not per tool, or a
-            # tool it does not have, could never fire).
-            _failpoints.check(agent.dispatcher.tools, crash)
         arm_failpoint(crash)
         if STOPPER.requested:
             # A signal came while the services or the agent were being set up:
@@ -256,10 +271,26 @@ def _execute(
         # Still alive: the seam was never passed (e.g. MID_SUPERSTEP needs a
         # batch of parallel calls); the run was not the crash test it was meant to be.
         output.note(f"--crash-at {crash}: that seam was never reached in this run")
+    if plan.resuming:
+        _refuse_unused_reviews(source, plan.thread_id)
     if isinstance(source, FileDecisions) and source.unused_verdicts:
         unused = ", ".join(source.unused_verdicts)
         output.note(f"decisions file: verdicts not used (nothing asked for them): {unused}")
     return report(driven, sd, output, state_dir=flags.state_dir)
+
+
+def _refuse_unused_reviews(source: DecisionSource, thread_id: str) -> None:
+    """A decisions file whose review answers all went unused did not do what it says.
+
+    Typically another process answered first and the thread had no review left
+    (or was done) when this one looked: exiting 0 would tell a script its
+    answer (say, a reject) was applied.
+    """
+    if isinstance(source, FileDecisions) and source.reviews_given and not source.reviews_used:
+        raise DecisionError(
+            f"no review was pending on thread {thread_id!r}: the decisions file's answers "
+            "were not applied (was it answered elsewhere?)"
+        )
 
 
 def _exit_code(driven: Driven) -> ExitCode:
@@ -357,7 +388,7 @@ def run_demo(
     from effectgate._app import StateDir
 
     source = _source(flags, output)
-    check_failpoint(flags.crash_at)
+    _check_crash_tools(check_failpoint(flags.crash_at), flags.state_dir, services=True)
     model = _model(DEMO_MODEL, {})
     if error_rate is not None and not 0.0 <= error_rate <= 1.0:
         raise ConfigError(f"--error-rate must be a fraction in [0, 1], got {error_rate}")
@@ -395,7 +426,8 @@ def run_task(
     from effectgate._app import StateDir
 
     source = _source(flags, output)
-    check_failpoint(flags.crash_at)
+    crash = check_failpoint(flags.crash_at)
+    _check_crash_tools(crash, flags.state_dir, services=with_services)
     model = _model(model_spec, model_options)
     sd = StateDir.open(flags.state_dir)
     thread = thread_id or new_thread_id("run")
@@ -446,6 +478,7 @@ def run_resume(
     with inspection_agent(sd) as reader:
         status = reader.status(thread_id)
     if status.status.value == "done":
+        _refuse_unused_reviews(source, thread_id)
         output.progress(f"thread {thread_id} is already done; nothing to resume")
         return report(status, sd, output, state_dir=flags.state_dir)
     options = {k: meta.get(k) for k in ("base_url", "max_retries")}
@@ -461,11 +494,13 @@ def run_resume(
         )
     model = _resume_model(None if stored is None else str(stored), model_spec, options, output)
     services = with_services or bool(meta.get("services", meta.get("kind") == "demo"))
+    _check_crash_tools(check_failpoint(flags.crash_at), sd.root, services=services)
     plan = _Plan(
         thread_id=thread_id,
         model=model,
         services=services,
         begin=lambda agent: agent.resume(thread_id),
+        resuming=True,
     )
     return _execute(sd, flags, plan, source, output)
 

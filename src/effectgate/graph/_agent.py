@@ -187,7 +187,10 @@ class Agent:
         existing = self.ledger.get_thread(thread_id)
         if existing is not None and dict(existing.input) != {"task": task}:
             raise ConfigError(f"thread {thread_id!r} already exists with another task")
-        self.ledger.record_thread(thread_id, {"task": task}, metadata)
+        # The tools the thread starts with, so a later resume can refuse an
+        # agent rebuilt without one of them (see ``_missing_nodes``).
+        record_meta = {**(metadata or {}), "tools": sorted(self.parts.specs)}
+        self.ledger.record_thread(thread_id, {"task": task}, record_meta)
         # Look before taking the lease: a late starter that only has to say
         # "already exists" must not hold the thread while its runner wants it back.
         self._refuse_existing(thread_id)
@@ -343,6 +346,13 @@ class Agent:
         # ("Ignoring unknown node name ...") and would call the thread done:
         # an agent rebuilt without a tool must say so, not lose the call.
         wanted = {t.name for t in snapshot.tasks}
+        if snapshot.tasks:
+            # Unfinished work with fewer tools than the thread began with: a
+            # pending read would be answered "unknown tool" and the model
+            # might give up, ending the thread without the work it planned.
+            record = self.ledger.get_thread(thread_id)
+            started_with = record.metadata.get("tools", []) if record is not None else []
+            wanted |= {f"tool {name}" for name in started_with if name not in self.parts.specs}
         # Calls waiting at a review go to their effect nodes once answered; a
         # review node rebuilt without one of those tools would drop the call.
         for item in snapshot.interrupts:
@@ -354,7 +364,7 @@ class Agent:
             stored = saver.get_tuple(self._config(thread_id))
             sends = stored.checkpoint["channel_values"].get(TASKS, []) if stored else []
             wanted |= {send.node for send in sends if isinstance(send, Send)}
-        return sorted(wanted - set(self.graph.nodes))
+        return sorted(wanted - set(self.graph.nodes))  # "tool x" is never a node name
 
     def _check_nodes(self, thread_id: str, snapshot: Any) -> None:
         missing = self._missing_nodes(thread_id, snapshot)
@@ -399,9 +409,9 @@ class Agent:
         meant = decisions.get("interrupt_id")
         if meant is not None and meant != item.id:
             raise DecisionError(
-                f"this answer is for review {meant}, which is no longer pending; the thread "
-                f"now waits at review {item.id} (was the first one answered elsewhere?). "
-                "Nothing ran: look at the pending review and answer it"
+                f"this answer is for review {meant}, which is not pending (answered "
+                f"elsewhere, or not a review of this thread); the thread waits at review "
+                f"{item.id}. Nothing ran: look at the pending review and answer it"
             )
         check_review_answer(item.value, decisions)
         # Bind the answer to what was shown: the node refuses it if the calls
@@ -719,8 +729,9 @@ def _unanswered(item: PendingInterrupt) -> str:
 
 def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
     return (
-        f"thread {thread_id!r} has pending work in {', '.join(missing)}, which this agent "
-        "does not have; rebuild it with the same tools the thread started with"
+        f"thread {thread_id!r} has pending work and needs {', '.join(missing)}, which this "
+        "agent does not have; rebuild it with the same tools the thread started with "
+        "(from the CLI: resume --with-services brings the demo ticket and mail tools)"
     )
 
 
