@@ -185,13 +185,18 @@ def _check_crash_tools(spec: str | None, state_dir: Path, *, services: bool) -> 
     if spec is None or "@" not in spec:
         return
     from effectgate._app import default_tools
+
+    tools = default_tools(state_dir / "workspace", _nowhere() if services else None)
+    _failpoints.check([t.name for t in tools if not t.is_read], spec)
+
+
+def _nowhere() -> ServiceEndpoints:
+    """Demo service addresses nobody listens on: tools built for reading, never called."""
     from effectgate.demo import ServiceEndpoints
 
-    nowhere = ServiceEndpoints(
+    return ServiceEndpoints(
         ticket_url=_NOWHERE, smtp_host="127.0.0.1", smtp_port=9, mail_url=_NOWHERE
     )
-    tools = default_tools(state_dir / "workspace", nowhere if services else None)
-    _failpoints.check([t.name for t in tools if not t.is_read], spec)
 
 
 @contextlib.contextmanager
@@ -202,12 +207,8 @@ def inspection_agent(sd: StateDir) -> Iterator[Agent]:
     the graph has the same nodes as the agent that wrote the checkpoints.
     """
     from effectgate._app import default_tools, open_agent
-    from effectgate.demo import ServiceEndpoints
 
-    nowhere = ServiceEndpoints(
-        ticket_url=_NOWHERE, smtp_host="127.0.0.1", smtp_port=9, mail_url=_NOWHERE
-    )
-    tools = default_tools(sd.workspace, nowhere)
+    tools = default_tools(sd.workspace, _nowhere())
     with open_agent(sd, model=DEMO_MODEL, tools=tools) as agent:
         yield agent
 
