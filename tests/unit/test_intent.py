@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from effectgate._intent import canonical_json, default_operation_id, intent_hash
@@ -118,13 +118,17 @@ def test_integral_float_equals_int(n: int) -> None:
 
 @CI
 @given(json_objects)
+@example({"": ": "})
 def test_canonical_bytes_round_trip(args: dict[str, Any]) -> None:
     """Canonical bytes parse back to an equal value and re-encode identically."""
     encoded = canonical_json(args)
     decoded = json.loads(encoded)
     assert decoded == args
     assert canonical_json(decoded) == encoded
-    assert b"\n" not in encoded and b": " not in encoded
+    # No raw newline anywhere (JSON escapes them inside strings). The compact
+    # separators are checked on fixed values: ": " may occur inside a string
+    # value, as hypothesis found ({"": ": "}).
+    assert b"\n" not in encoded
 
 
 @CI
