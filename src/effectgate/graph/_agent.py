@@ -37,6 +37,7 @@ from langgraph.runtime import RunControl
 from langgraph.types import Command, Send
 
 from effectgate._clock import Clock
+from effectgate._recent import Recent
 from effectgate.dispatch import Verdict, validate_verdict
 from effectgate.errors import ConfigError, DecisionError, ThreadBusyError
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
@@ -155,7 +156,7 @@ class Agent:
         self._keeper = _LeaseKeeper(
             ledger, lease_ttl_s, self.request_stop, name=f"effectgate-lease-keeper {self.worker}"
         )
-        self._stops: _Stops = _Stops()
+        self._stops: Recent[str, _Stop] = Recent(1024)
         """Where this agent's last runs stopped at interrupts, by thread (see ``_head``)."""
 
     # ---------------------------------------------------------------- running
@@ -231,14 +232,14 @@ class Agent:
         with self._lease(thread_id):
             self.ledger.recover_in_flight(thread_id=thread_id)
             _check_answers_shape(decisions, verdicts)
-            stop = self._stops.pop(thread_id)
+            stop = self._stops.pop(thread_id, None)
             if stop is not None and stop.head == self._head(thread_id):
                 # Nothing moved since this agent's last run stopped at these
                 # interrupts: answer them without reloading the whole state.
                 _refuse_unasked(thread_id, stop.interrupts, decisions, verdicts)
                 resume = self._resume_map(stop.interrupts, decisions, verdicts)
                 if resume is None:
-                    self._stops.remember(thread_id, stop)
+                    self._stops[thread_id] = stop
                     return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
                 return self._run(thread_id, Command(resume=resume))
             snapshot = self.graph.get_state(self._config(thread_id))
@@ -297,9 +298,7 @@ class Agent:
             )
         pending = self._interrupts(snapshot)
         if pending:
-            return RunResult(
-                thread_id=thread_id, status=_waiting(pending), interrupts=pending, operations=ops
-            )
+            return _waiting_result(thread_id, pending, ops)
         if snapshot.tasks:
             errors = [str(t.error) for t in snapshot.tasks if t.error]
             return RunResult(
@@ -500,7 +499,7 @@ class Agent:
             # "lean_status").
             head = self._head(thread_id) if seen.interrupts else None  # None: not remembered
             if head is not None:
-                self._stops.remember(thread_id, _Stop(head=head, interrupts=seen.interrupts))
+                self._stops[thread_id] = _Stop(head=head, interrupts=seen.interrupts)
             return seen.result(thread_id, self.ledger.list(thread_id=thread_id))
         result = self.status(thread_id)
         if error is not None:
@@ -513,6 +512,17 @@ class Agent:
                 error=error,
             )
         return result
+
+
+def _waiting_result(
+    thread_id: str, pending: Sequence[PendingInterrupt], operations: list[Operation]
+) -> RunResult:
+    return RunResult(
+        thread_id=thread_id,
+        status=_waiting(pending),
+        interrupts=list(pending),
+        operations=operations,
+    )
 
 
 def _waiting(pending: Sequence[PendingInterrupt]) -> RunStatus:
@@ -597,29 +607,7 @@ class _Stop:
     interrupts: list[PendingInterrupt]
 
     def result(self, thread_id: str, operations: list[Operation]) -> RunResult:
-        return RunResult(
-            thread_id=thread_id,
-            status=_waiting(self.interrupts),
-            interrupts=list(self.interrupts),
-            operations=operations,
-        )
-
-
-class _Stops:
-    """The last ``_Stop`` per thread, the ``limit`` most recent threads only."""
-
-    def __init__(self, limit: int = 1024) -> None:
-        self._by_thread: dict[str, _Stop] = {}
-        self._limit = limit
-
-    def remember(self, thread_id: str, stop: _Stop) -> None:
-        self._by_thread.pop(thread_id, None)
-        self._by_thread[thread_id] = stop
-        while len(self._by_thread) > self._limit:
-            del self._by_thread[next(iter(self._by_thread))]
-
-    def pop(self, thread_id: str) -> _Stop | None:
-        return self._by_thread.pop(thread_id, None)
+        return _waiting_result(thread_id, self.interrupts, operations)
 
 
 class _Seen:
@@ -641,13 +629,7 @@ class _Seen:
 
     def result(self, thread_id: str, operations: list[Operation]) -> RunResult:
         if self.interrupts:
-            waiting = _waiting(self.interrupts)
-            return RunResult(
-                thread_id=thread_id,
-                status=waiting,
-                interrupts=self.interrupts,
-                operations=operations,
-            )
+            return _waiting_result(thread_id, self.interrupts, operations)
         return RunResult(
             thread_id=thread_id,
             status=RunStatus.DONE,

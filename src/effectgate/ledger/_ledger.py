@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from effectgate._clock import Clock, SystemClock
 from effectgate._intent import intent_hash as compute_intent_hash
+from effectgate._recent import Recent
 from effectgate.errors import (
     ApprovalMismatchError,
     IntentConflictError,
@@ -72,9 +73,6 @@ def _approval_target(state: OpState, decision: str) -> OpState | None:
     return _S.APPROVED if state is _S.PROPOSED else None
 
 
-_CHECKED_LIMIT = 20_000
-
-
 class Ledger(AttemptsMixin):
     """The durable record of every external action (DESIGN §1-3, §6).
 
@@ -99,7 +97,7 @@ class Ledger(AttemptsMixin):
         self.clock: Clock = clock or SystemClock()
         """The clock every timestamp is read from."""
         self._rng = rng or random.Random()
-        self._checked: dict[str, Operation] = {}
+        self._checked: Recent[str, Operation] = Recent(20_000)
         """The last ``Operation`` object of each id that passed ``verified`` (see ``list``)."""
 
     @property
@@ -327,9 +325,6 @@ class Ledger(AttemptsMixin):
             return op
         verified(op)
         self._checked[op.operation_id] = op
-        if len(self._checked) > _CHECKED_LIMIT:
-            for old in builtins.list(self._checked)[: len(self._checked) - _CHECKED_LIMIT]:
-                self._checked.pop(old, None)
         return op
 
     def approvals(self, operation_id: str) -> builtins.list[Approval]:

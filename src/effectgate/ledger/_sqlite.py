@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from effectgate._clock import to_seconds
+from effectgate._recent import Recent
 from effectgate.errors import (
     ConfigError,
     LedgerBusyError,
@@ -185,8 +186,7 @@ class _DecodedRows:
     """
 
     def __init__(self, limit: int = 20_000) -> None:
-        self._by_id: dict[str, tuple[tuple[Any, ...], Operation]] = {}
-        self._limit = limit
+        self._by_id: Recent[str, tuple[tuple[Any, ...], Operation]] = Recent(limit)
 
     def operation(self, raw: tuple[Any, ...]) -> Operation:
         """The operation of a row given as a plain tuple in ``OPERATION_COLUMNS`` order."""
@@ -195,11 +195,7 @@ class _DecodedRows:
         if hit is not None and hit[0] == raw:
             return hit[1]
         op = codec.operation_from_row(dict(zip(codec.OPERATION_COLUMNS, raw, strict=True)))
-        self._by_id.pop(key, None)
         self._by_id[key] = (raw, op)
-        if len(self._by_id) > self._limit:
-            for old in list(self._by_id)[: len(self._by_id) - self._limit]:
-                del self._by_id[old]
         return op
 
 
