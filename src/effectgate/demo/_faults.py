@@ -17,6 +17,7 @@ Seed 001's scenario names map onto ``FaultMode`` values one to one, except
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import ipaddress
 import json
@@ -341,6 +342,27 @@ def connect_db(path: str | os.PathLike[str]) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
     return conn
+
+
+def read_rows(
+    db_path: str | os.PathLike[str], table: str, sql: str, params: Sequence[Any] = ()
+) -> list[sqlite3.Row]:
+    """Run one read on a server's SQLite file, straight from disk (the oracle's view).
+
+    Works while the server is down; never creates, migrates or writes.
+
+    Returns:
+        The rows; ``[]`` when the file or ``table`` does not exist yet.
+    """
+    path = os.fspath(db_path)
+    if not os.path.exists(path):
+        return []
+    with contextlib.closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as conn:
+        conn.row_factory = sqlite3.Row
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        return [] if exists is None else conn.execute(sql, tuple(params)).fetchall()
 
 
 def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]]) -> int:

@@ -48,6 +48,7 @@ from effectgate.demo._faults import (
     bind_address,
     connect_db,
     migrate,
+    read_rows,
     utc_now_iso,
     watch_parent,
     write_ready_file,
@@ -183,15 +184,7 @@ def read_mails_db(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         Messages oldest first, shaped as ``GET /messages`` returns them; ``[]``
         when the file or its schema does not exist yet.
     """
-    path = Path(db_path)
-    if not path.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(path, timeout=10.0)) as conn:
-        conn.row_factory = sqlite3.Row
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
-        ).fetchone()
-        return [] if exists is None else [_message(row) for row in conn.execute(_SQL_LIST)]
+    return [_message(row) for row in read_rows(db_path, "messages", _SQL_LIST)]
 
 
 class MailSinkHandler:

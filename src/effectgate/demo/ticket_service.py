@@ -50,6 +50,7 @@ from effectgate.demo._faults import (
     bind_address,
     connect_db,
     migrate,
+    read_rows,
     utc_now_iso,
     watch_parent,
     write_ready_file,
@@ -239,15 +240,7 @@ def read_tickets_db(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         Tickets ordered by id, shaped as the API returns them; ``[]`` when the
         file or its schema does not exist yet.
     """
-    path = Path(db_path)
-    if not path.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(path, timeout=10.0)) as conn:
-        conn.row_factory = sqlite3.Row
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tickets'"
-        ).fetchone()
-        return [] if exists is None else [_ticket(row) for row in conn.execute(_SQL_LIST)]
+    return [_ticket(row) for row in read_rows(db_path, "tickets", _SQL_LIST)]
 
 
 def read_error_rate_db(db_path: str | os.PathLike[str], service: str) -> float | None:
@@ -257,15 +250,8 @@ def read_error_rate_db(db_path: str | os.PathLike[str], service: str) -> float |
         The fraction, or ``None`` when none was ever stored (no file, no
         table, or no row): the service then reports 0.0.
     """
-    path = Path(db_path)
-    if not path.exists():
-        return None
-    with contextlib.closing(sqlite3.connect(path, timeout=10.0)) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'error_rates'"
-        ).fetchone()
-        row = None if exists is None else conn.execute(_SQL_GET_RATE, (service,)).fetchone()
-    return None if row is None else float(row[0])
+    rows = read_rows(db_path, "error_rates", _SQL_GET_RATE, (service,))
+    return float(rows[0][0]) if rows else None
 
 
 def _parse_ticket(payload: Any) -> dict[str, Any]:
