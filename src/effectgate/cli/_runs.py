@@ -473,7 +473,7 @@ def run_resume(
     from effectgate._app import StateDir
 
     source = _source(flags, output)
-    check_failpoint(flags.crash_at)
+    crash = check_failpoint(flags.crash_at)
     sd = StateDir.open(flags.state_dir, create=False)
     meta = thread_record(sd, thread_id)
     with inspection_agent(sd) as reader:
@@ -495,7 +495,7 @@ def run_resume(
         )
     model = _resume_model(None if stored is None else str(stored), model_spec, options, output)
     services = with_services or bool(meta.get("services", meta.get("kind") == "demo"))
-    _check_crash_tools(check_failpoint(flags.crash_at), sd.root, services=services)
+    _check_crash_tools(crash, sd.root, services=services)
     plan = _Plan(
         thread_id=thread_id,
         model=model,
