@@ -14,8 +14,8 @@ class Recent(dict[K, V]):
     """A dict bounded to the ``limit`` keys set most recently (insertion order).
 
     Setting a key moves it to the newest end; past ``limit`` the oldest keys
-    are dropped. Safe to share between threads under the GIL: eviction works
-    on a copied key list and tolerates keys another thread already removed.
+    are dropped, oldest first, at O(1) per key. Safe to share between threads
+    under the GIL: eviction tolerates keys another thread already removed.
 
     Args:
         limit: most keys kept (> 0).
@@ -28,7 +28,11 @@ class Recent(dict[K, V]):
     def __setitem__(self, key: K, value: V) -> None:
         super().pop(key, None)
         super().__setitem__(key, value)
-        excess = len(self) - self.limit
-        if excess > 0:
-            for old in list(self)[:excess]:
-                super().pop(old, None)
+        while len(self) > self.limit:
+            try:
+                old = next(iter(self))
+            except StopIteration:
+                break
+            except RuntimeError:  # another thread changed the dict between iter() and next()
+                continue
+            super().pop(old, None)

@@ -25,18 +25,42 @@ Why that loses nothing that matters (SQLite, "Write-Ahead Logging" §
 
 The idea is the group commit of databases (one fsync for many log records);
 here the group is a LangGraph superstep.
+
+The saver also reads the history of a ``DeltaChannel`` (effectgate's
+``messages``) faster than ``SqliteSaver``: that one walks the ancestors of the
+checkpoint being loaded back to the channel's last snapshot and deserializes
+every ancestor's whole blob only to learn whether it holds a snapshot (about
+75 blobs per load in a typical thread, measured at 1.9 ms per resume against
+1.0 ms for the plain channel's single blob; issue 8). Which channels a
+checkpoint holds never changes once written, so the saver remembers it per
+checkpoint id (when it writes the checkpoint, or the first time it reads it)
+and deserializes only the snapshot it seeds from.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+)
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite._delta import (
+    build_delta_channels_writes_history,
+    build_delta_stage2_sql,
+)
+
+from effectgate._recent import Recent
 
 __all__ = ["StepDurableSaver"]
 
@@ -55,9 +79,13 @@ class StepDurableSaver(SqliteSaver):
     sees it.
     """
 
+    _LINEAGE_MEMO = 50_000
+    """Checkpoints whose lineage is remembered (a few hundred bytes each)."""
+
     def __init__(self, conn: sqlite3.Connection, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
         self._local = threading.local()
+        self._lineage: Recent[tuple[str, str, str], _Lineage] = Recent(self._LINEAGE_MEMO)
 
     def setup(self) -> None:
         """Create the tables (``SqliteSaver.setup``) and make commits FULL by default."""
@@ -130,3 +158,182 @@ class StepDurableSaver(SqliteSaver):
             super().put_writes(config, writes, task_id, task_path)
         finally:
             self._local.writes = False
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint (``SqliteSaver.put``, an fsync'd commit) and remember its lineage."""
+        saved = super().put(config, checkpoint, metadata, new_versions)
+        conf = config["configurable"]
+        key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"])
+        self._lineage[key] = _Lineage(
+            conf.get("checkpoint_id"), frozenset(checkpoint.get("channel_values") or ())
+        )
+        return saved
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """``SqliteSaver.get_delta_channel_history``, deserializing only the seeds.
+
+        Same result as the upstream method (langgraph-checkpoint-sqlite 3.1):
+        follow ``parent_checkpoint_id`` from the target back to the checkpoint
+        holding each channel's snapshot (its seed), then read the channels'
+        writes on that chain. Upstream walks the chain in SQL and deserializes
+        every ancestor to learn whether it holds a snapshot. Here the walk
+        follows remembered lineage (parent id and channel names, facts that
+        never change once a checkpoint is written) and deserializes only the
+        seeds; a checkpoint this saver has not seen yet sends the walk to SQL,
+        as upstream, and is remembered on the way. A seed found missing where
+        one was remembered (a checkpoint id rewritten by ``INSERT OR REPLACE``
+        in another process) also falls back to the SQL walk.
+
+        Args:
+            config: the target checkpoint's config (``thread_id``,
+                ``checkpoint_ns``, ``checkpoint_id``; without an id, the
+                thread's latest checkpoint).
+            channels: the delta channels to reconstruct.
+
+        Returns:
+            ``{channel: {"writes": [(task_id, channel, value), ...], "seed": value}}``,
+            writes oldest first; ``seed`` absent when no snapshot was found.
+        """
+        if not channels:
+            return {}
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            return super().get_delta_channel_history(config=config, channels=channels)
+        conf = config["configurable"]
+        where = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""))
+        channels = list(channels)
+        with self.cursor(transaction=False) as cur:
+            walk = self._remembered_walk(where, checkpoint_id, channels)
+            seeds = None if walk is None else self._read_seeds(cur, where, walk[1])
+            if walk is None or seeds is None:
+                chain_by_ch, seeds = self._sql_walk(cur, where, checkpoint_id, channels)
+            else:
+                chain_by_ch = walk[0]
+            with_chain = [ch for ch in channels if chain_by_ch[ch]]
+            stage2_sql = build_delta_stage2_sql(
+                has_task_path=self._has_task_path,
+                chain_lens=[len(chain_by_ch[ch]) for ch in with_chain],
+            )
+            stage2_rows: list[Any] = []
+            if stage2_sql:
+                params: list[Any] = []
+                for ch in with_chain:
+                    params.extend([*where, ch, *chain_by_ch[ch]])
+                stage2_rows = cur.execute(stage2_sql, params).fetchall()
+        return build_delta_channels_writes_history(
+            channels=channels,
+            chain_by_ch=chain_by_ch,
+            seed_val_by_ch=seeds,
+            seeded=set(seeds),
+            stage2_rows=stage2_rows,
+            serde=self.serde,
+        )
+
+    def _remembered_walk(
+        self, where: tuple[str, str], target: str, channels: list[str]
+    ) -> tuple[dict[str, list[str]], dict[str, str]] | None:
+        """Chains and seed checkpoint ids from remembered lineage; ``None``: something unknown."""
+        node = self._lineage.get((*where, target))
+        if node is None:
+            return None
+        chain_by_ch: dict[str, list[str]] = {ch: [] for ch in channels}
+        seed_cids: dict[str, str] = {}
+        active = set(channels)
+        walked = {target}
+        cid = node.parent
+        while cid is not None and active and cid not in walked:
+            walked.add(cid)
+            node = self._lineage.get((*where, cid))
+            if node is None or node.channels is None:
+                return None
+            for ch in active:
+                chain_by_ch[ch].append(cid)
+            for ch in active & node.channels:
+                seed_cids[ch] = cid
+            active -= node.channels
+            cid = node.parent
+        return chain_by_ch, seed_cids
+
+    def _read_seeds(
+        self, cur: sqlite3.Cursor, where: tuple[str, str], seed_cids: Mapping[str, str]
+    ) -> dict[str, Any] | None:
+        """The snapshot values at ``seed_cids``; ``None`` if one is not there after all."""
+        seeds: dict[str, Any] = {}
+        for cid in set(seed_cids.values()):
+            row = cur.execute(
+                "SELECT type, checkpoint FROM checkpoints "
+                "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (*where, cid),
+            ).fetchone()
+            if row is None:
+                return None
+            values = self.serde.loads_typed((row[0], row[1])).get("channel_values") or {}
+            for ch, at in seed_cids.items():
+                if at == cid:
+                    if ch not in values:
+                        return None
+                    seeds[ch] = values[ch]
+        return seeds
+
+    def _sql_walk(
+        self, cur: sqlite3.Cursor, where: tuple[str, str], target: str, channels: list[str]
+    ) -> tuple[dict[str, list[str]], dict[str, Any]]:
+        """Upstream's stage 1 (``_delta.step_walk_with_row``), remembering each row's lineage."""
+        chain_by_ch: dict[str, list[str]] = {ch: [] for ch in channels}
+        seeds: dict[str, Any] = {}
+        active = set(channels)
+        walked: set[str] = set()
+        cur.execute(_ANCESTORS_SQL, (*where, target, *where))
+        for cid, parent, type_tag, blob in cur:
+            if not walked:
+                # The target comes first; its own writes and seed are not part of its history.
+                if cid == target:
+                    walked.add(cid)
+                    old = self._lineage.get((*where, cid))
+                    known = None if old is None else old.channels
+                    self._lineage[(*where, cid)] = _Lineage(parent, known)
+                continue
+            if cid in walked:  # INSERT OR REPLACE can make the chain a loop: stop, as upstream
+                break
+            walked.add(cid)
+            for ch in active:
+                chain_by_ch[ch].append(cid)
+            values = self.serde.loads_typed((type_tag, blob)).get("channel_values") or {}
+            self._lineage[(*where, cid)] = _Lineage(parent, frozenset(values))
+            for ch in [ch for ch in active if ch in values]:
+                seeds[ch] = values[ch]
+                active.discard(ch)
+            if not active:
+                break
+        return chain_by_ch, seeds
+
+
+@dataclass(frozen=True, slots=True)
+class _Lineage:
+    """What never changes about a written checkpoint, once it is written."""
+
+    parent: str | None
+    channels: frozenset[str] | None
+    """Names in its ``channel_values`` (a delta channel named: a snapshot); ``None``: not read."""
+
+
+# Upstream's DELTA_STAGE1_SQL (langgraph.checkpoint.sqlite._delta), with the parent id.
+_ANCESTORS_SQL = (
+    "WITH RECURSIVE ancestors(checkpoint_id, parent_checkpoint_id, type, checkpoint) AS ("
+    "SELECT checkpoint_id, parent_checkpoint_id, type, checkpoint FROM checkpoints "
+    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+    "UNION ALL "
+    "SELECT c.checkpoint_id, c.parent_checkpoint_id, c.type, c.checkpoint "
+    "FROM ancestors a CROSS JOIN checkpoints c ON c.checkpoint_id = a.parent_checkpoint_id "
+    "WHERE c.thread_id = ? AND c.checkpoint_ns = ?"
+    ") "
+    "SELECT checkpoint_id, parent_checkpoint_id, type, checkpoint FROM ancestors"
+)
