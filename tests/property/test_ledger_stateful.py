@@ -69,10 +69,14 @@ class LedgerMachine(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="ledger-stateful-"))
         self.clock = FakeClock()
         self.ledger = SqliteLedger(self.dir / "l.sqlite3", clock=self.clock)
+        # Never writes: it sees every change through another connection, so
+        # its thread listings must notice them by SQLite's data version.
+        self.watcher = SqliteLedger(self.dir / "l.sqlite3", clock=self.clock)
         self.model: dict[str, Model] = {}
 
     def teardown(self) -> None:
         self.ledger.close()
+        self.watcher.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _expect_lost(self, op_id: str, call: object) -> None:
@@ -228,6 +232,15 @@ class LedgerMachine(RuleBasedStateMachine):
         for k in expected:
             self.model[k].state = S.UNKNOWN
         event(f"recovered {len(expected)} in flight")
+
+    @invariant()
+    def thread_listings_match_a_full_read(self) -> None:
+        """Per-thread listings (kept current incrementally) equal a filtered full read."""
+        everything = self.ledger.list()
+        for thread in ("t1", "t2", "t3"):
+            expected = [op for op in everything if op.thread_id == thread]
+            assert self.ledger.list(thread_id=thread) == expected
+            assert self.watcher.list(thread_id=thread) == expected
 
     @invariant()
     def ledger_matches_model(self) -> None:

@@ -124,6 +124,7 @@ def test_corruption_after_a_listing_is_still_caught(ledger_file: Path, kind: str
         first = ledger.list()
         assert ledger.list() == first
         assert [a is b for a, b in zip(ledger.list(), first, strict=True)] == [True, True]
+        assert ledger.list(thread_id="t1") == first  # the thread's listing, kept incrementally
         conn = sqlite3.connect(ledger_file, isolation_level=None, timeout=10)
         conn.execute("PRAGMA ignore_check_constraints = ON")
         conn.execute("DROP TRIGGER operations_identity_immutable")
@@ -132,6 +133,8 @@ def test_corruption_after_a_listing_is_still_caught(ledger_file: Path, kind: str
         with pytest.raises(LedgerCorruptError, match=message) as info:
             ledger.list()
         assert info.value.operation_id == OP
+        with pytest.raises(LedgerCorruptError, match=message):
+            ledger.list(thread_id="t1")
         (other,) = ledger.list(thread_id="t1", states=[OpState.IN_FLIGHT])
         assert other is first[1]  # the untouched row is still the remembered one
 

@@ -199,12 +199,89 @@ class _DecodedRows:
         return op
 
 
+_CREATED = codec.OPERATION_COLUMNS.index("created_at_ms")
+
+
+class _Listing:
+    """One thread's operations as last read, in listing order, and what changed since."""
+
+    __slots__ = ("data_version", "dirty", "rows")
+
+    def __init__(self, data_version: int, rows: dict[str, tuple[tuple[Any, ...], Operation]]):
+        self.data_version = data_version
+        self.rows = rows
+        """operation id -> (row as read, its operation), in listing order."""
+        self.dirty: set[str] = set()
+        """Operations this connection wrote since the listing was read."""
+
+
+class _ThreadListings:
+    """Per-thread listings kept current from this connection's own writes.
+
+    ``RunResult.operations`` lists the thread's operations after every run: a
+    full read is O(operations of the thread), 0.22 ms at 55 and 0.56 ms at
+    150 operations (issue 8), for a run that changed one or two. SQLite's
+    ``PRAGMA data_version`` changes exactly when *another* connection (another
+    process, or another store on the same file) has committed; this
+    connection's own writes to ``operations`` go through ``_Transaction``,
+    which reports each row it changed. So while the data version stands, a
+    listing is brought up to date by re-reading only the rows this connection
+    wrote; otherwise it is read afresh. The pragma, run first in the read
+    transaction, also fixes that transaction's snapshot, so the version and
+    the rows read belong together.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._by_thread: Recent[str, _Listing] = Recent(limit)
+
+    def wrote(self, thread_id: str, operation_id: str) -> None:
+        entry = self._by_thread.get(thread_id)
+        if entry is not None:
+            entry.dirty.add(operation_id)
+
+    def list(
+        self, conn: sqlite3.Connection, thread_id: str, decoded: _DecodedRows
+    ) -> list[Operation]:
+        (version,) = conn.execute("PRAGMA data_version").fetchone()
+        cur = conn.cursor()
+        cur.row_factory = None  # plain tuples
+        try:
+            entry = self._by_thread.get(thread_id)
+            if entry is None or entry.data_version != version:
+                raws = cur.execute(
+                    SQL_LIST_OPERATIONS + " WHERE thread_id = ?" + SQL_LIST_ORDER, (thread_id,)
+                )
+                rows = {raw[0]: (raw, decoded.operation(raw)) for raw in raws}
+                self._by_thread[thread_id] = _Listing(version, rows)
+                return [op for _, op in rows.values()]
+            if entry.dirty:
+                rows = entry.rows
+                for op_id in sorted(entry.dirty):
+                    raw = cur.execute(SQL_GET_OPERATION, (op_id,)).fetchone()
+                    if raw is None or raw[1] != thread_id:
+                        rows.pop(op_id, None)
+                    else:
+                        rows[op_id] = (raw, decoded.operation(raw))
+                entry.dirty.clear()
+                order = sorted(rows.items(), key=lambda kv: (kv[1][0][_CREATED], kv[0]))
+                entry.rows = dict(order)
+            return [op for _, op in entry.rows.values()]
+        finally:
+            cur.close()
+
+
 class _Reader:
     """Reads on one connection; the caller holds the store lock and a transaction."""
 
-    def __init__(self, conn: sqlite3.Connection, decoded: _DecodedRows | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        decoded: _DecodedRows | None = None,
+        listings: _ThreadListings | None = None,
+    ) -> None:
         self._conn = conn
         self._decoded = decoded
+        self._listings = listings
 
     def get_operation(self, operation_id: str) -> Operation | None:
         row = self._conn.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
@@ -218,6 +295,15 @@ class _Reader:
         tool: str | None = None,
         intent_hash: str | None = None,
     ) -> list[Operation]:
+        if (
+            self._listings is not None
+            and self._decoded is not None
+            and thread_id is not None
+            and states is None
+            and tool is None
+            and intent_hash is None
+        ):
+            return self._listings.list(self._conn, thread_id, self._decoded)
         where: list[str] = []
         params: list[Any] = []
         if states is not None:
@@ -298,11 +384,19 @@ class _Reader:
 
 
 class _Transaction(_Reader):
-    """Reads and writes inside one ``BEGIN IMMEDIATE`` transaction."""
+    """Reads and writes inside one ``BEGIN IMMEDIATE`` transaction.
+
+    Every operation row it writes is reported to ``listings`` (see ``_ThreadListings``).
+    """
+
+    def _wrote(self, row: sqlite3.Row) -> None:
+        if self._listings is not None:
+            self._listings.wrote(row["thread_id"], row["operation_id"])
 
     def create_or_get(self, op: Operation) -> tuple[Operation, bool]:
         rows = self._conn.execute(SQL_INSERT_OPERATION, codec.operation_to_row(op)).fetchall()
         if rows:
+            self._wrote(rows[0])
             return codec.operation_from_row(rows[0]), True
         stored = self.get_operation(op.operation_id)
         if stored is None:  # pragma: no cover - DO NOTHING only skips an existing row
@@ -331,6 +425,7 @@ class _Transaction(_Reader):
         rows = self._conn.execute(sql, params).fetchall()  # fetchall: finish the statement
         if not rows:
             return None
+        self._wrote(rows[0])
         op = codec.operation_from_row(rows[0])
         return codec.state_or_corrupt(rows[0]["prev_state"], operation_id), op
 
@@ -400,6 +495,7 @@ class SqliteLedgerStore:
             raise ConfigError(f"ledger path {self.path} is a directory, not a file")
         self._lock = threading.Lock()
         self._decoded = _DecodedRows()
+        self._listings = _ThreadListings()
         self._busy_timeout_s = to_seconds(busy_timeout)
         with _translated(self.path):
             conn = sqlite3.connect(
@@ -497,7 +593,7 @@ class SqliteLedgerStore:
             conn = self._live()
             conn.execute("BEGIN")
             try:
-                yield _Reader(conn, self._decoded)
+                yield _Reader(conn, self._decoded, self._listings)
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")  # read-only: nothing to keep
@@ -523,7 +619,7 @@ class SqliteLedgerStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    yield _Transaction(conn)
+                    yield _Transaction(conn, listings=self._listings)
                     conn.execute("COMMIT")
                 finally:
                     if conn.in_transaction:
