@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -79,13 +79,15 @@ class StepDurableSaver(SqliteSaver):
     sees it.
     """
 
-    _LINEAGE_MEMO = 50_000
-    """Checkpoints whose lineage is remembered (a few hundred bytes each)."""
+    _LINEAGE_MEMO = 20_000
+    """Checkpoints whose lineage is remembered (about 250 bytes each; a thread's
+    walk back to its snapshot visits at most a few hundred)."""
 
     def __init__(self, conn: sqlite3.Connection, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
         self._local = threading.local()
         self._lineage: Recent[tuple[str, str, str], _Lineage] = Recent(self._LINEAGE_MEMO)
+        self._name_sets: Recent[frozenset[str], frozenset[str]] = Recent(256)
 
     def setup(self) -> None:
         """Create the tables (``SqliteSaver.setup``) and make commits FULL by default."""
@@ -171,9 +173,17 @@ class StepDurableSaver(SqliteSaver):
         conf = config["configurable"]
         key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"])
         self._lineage[key] = _Lineage(
-            conf.get("checkpoint_id"), frozenset(checkpoint.get("channel_values") or ())
+            conf.get("checkpoint_id"), self._names(checkpoint.get("channel_values") or ())
         )
         return saved
+
+    def _names(self, channels: Iterable[str]) -> frozenset[str]:
+        # A graph's checkpoints hold a handful of distinct channel sets: share them.
+        names = frozenset(channels)
+        shared = self._name_sets.get(names)
+        if shared is None:
+            self._name_sets[names] = shared = names
+        return shared
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -307,7 +317,7 @@ class StepDurableSaver(SqliteSaver):
             for ch in active:
                 chain_by_ch[ch].append(cid)
             values = self.serde.loads_typed((type_tag, blob)).get("channel_values") or {}
-            self._lineage[(*where, cid)] = _Lineage(parent, frozenset(values))
+            self._lineage[(*where, cid)] = _Lineage(parent, self._names(values))
             for ch in [ch for ch in active if ch in values]:
                 seeds[ch] = values[ch]
                 active.discard(ch)
