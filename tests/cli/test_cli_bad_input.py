@@ -216,3 +216,34 @@ def test_decisions_file_for_a_finished_thread_exits_2(
     assert ran.code == 2, ran.stdout + ran.stderr
     assert "were not applied" in ran.stderr
     assert len(world(state)["tickets"]) == 1
+
+
+def test_damaged_checkpoint_file_is_a_clear_error_and_the_ledger_still_reads(
+    tmp_path: Path,
+) -> None:
+    """Pages of checkpoints.sqlite3 overwritten: exit 1 with a message, no traceback.
+
+    The ledger is a separate file and still lists what was done.
+    """
+    state = tmp_path / "state"
+    first = eg("demo", "--approve", "all", "--state-dir", str(state), "--thread", "t1")
+    assert first.code == 0, first.stderr
+    path = state / "checkpoints.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    for page in range(4096, len(data), 4096):  # every b-tree page header after the first
+        data[page : page + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    before = world(state)
+    for args in (["threads"], ["pending", "--thread", "t1"], ["resume", "--thread", "t1"]):
+        ran = eg(*args, "--state-dir", str(state), "--json")
+        assert ran.code == 1, (args, ran.stderr)
+        assert "a state file is damaged (SQLITE_CORRUPT" in ran.stderr, ran.stderr
+        assert "Traceback" not in ran.stderr
+        assert ran.json["error_type"] == "DatabaseError"
+    assert world(state) == before  # nothing dispatched again
+    listed = eg("ledger", "list", "--state-dir", str(state), "--json")
+    assert listed.code == 0, listed.stderr
+    done = {(op["tool"], op["state"]) for op in listed.json["operations"]}
+    assert {("create_ticket", "SUCCEEDED"), ("send_email", "SUCCEEDED")} <= done

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import sqlite3
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -151,10 +152,29 @@ def handled(
         code = code_for_error(exc)
         _fail(output, code, f"{type(exc).__name__}: {exc}", type(exc).__name__, thread_id)
         raise typer.Exit(int(code)) from None
+    except sqlite3.DatabaseError as exc:
+        # The ledger translates its own SQLite errors (LedgerCorruptError);
+        # one that arrives raw comes from the checkpoints or a demo service.
+        code = getattr(exc, "sqlite_errorcode", None)
+        name = getattr(exc, "sqlite_errorname", "?")
+        if not isinstance(code, int) or code & 0xFF not in _DAMAGED:
+            raise
+        message = (
+            f"a state file is damaged ({name}: {exc}): the checkpoints "
+            f"(checkpoints.sqlite3) or a demo service's database. The ledger is a "
+            f"separate file: `effectgate ledger list` still shows every operation and "
+            f"its outcome. `sqlite3 FILE 'PRAGMA integrity_check'` finds the file"
+        )
+        _fail(output, ExitCode.ERROR, message, "DatabaseError", thread_id)
+        raise typer.Exit(int(ExitCode.ERROR)) from None
     except KeyboardInterrupt:
         message = _interrupted(thread_id, state_dir)
         _fail(output, ExitCode.INCOMPLETE, message, "KeyboardInterrupt", thread_id)
         raise typer.Exit(int(ExitCode.INCOMPLETE)) from None
+
+
+_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+"""SQLite primary result codes that mean a damaged file, not a passing condition."""
 
 
 def _fail(output: Output, code: ExitCode, message: str, kind: str, thread_id: str | None) -> None:
