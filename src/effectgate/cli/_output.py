@@ -155,9 +155,9 @@ def handled(
     except sqlite3.DatabaseError as exc:
         # The ledger translates its own SQLite errors (LedgerCorruptError);
         # one that arrives raw comes from the checkpoints or a demo service.
-        code = getattr(exc, "sqlite_errorcode", None)
+        sqlite_code = getattr(exc, "sqlite_errorcode", None)
         name = getattr(exc, "sqlite_errorname", "?")
-        if not isinstance(code, int) or code & 0xFF not in _DAMAGED:
+        if not isinstance(sqlite_code, int) or sqlite_code & 0xFF not in _DAMAGED:
             raise
         message = (
             f"a state file is damaged ({name}: {exc}): the checkpoints "
