@@ -91,3 +91,20 @@ def test_demo_after_services_ran_without_a_stored_rate_still_handles_the_inciden
     ran = eg("demo", "--state-dir", str(state), "--thread", "t1", "--approve", "all", "--json")
     assert ran.code == 0, ran.stderr
     _assert_one_of_each(state)
+
+
+def test_a_second_demo_reuses_the_ticket_and_stops_at_the_possible_duplicate_mail(
+    tmp_path: Path,
+) -> None:
+    """Same state dir, new thread: no second ticket, the mail waits for a person, and the
+    summary says why this thread has no operation of its own."""
+    state = str(tmp_path / "state")
+    assert eg("demo", "--approve", "all", "--state-dir", state, "--thread", "d1").code == 0
+    again = eg("demo", "--approve", "all", "--state-dir", state, "--thread", "d2")
+    assert again.code == 4, again.stderr
+    assert "possible duplicate of d1:" in " ".join(again.stderr.split())
+    out = " ".join(again.stdout.split())
+    assert "this thread has opened no operation in the ledger" in out
+    assert "reuses that thread's operation" in out
+    counts = world(tmp_path / "state")
+    assert (len(counts["tickets"]), len(counts["mails"])) == (1, 1)

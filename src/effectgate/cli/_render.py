@@ -338,7 +338,13 @@ def print_summary(
         title = f"ledger: thread {result.thread_id}"
         console.print(operations_table(result.operations, title=title))
     else:
-        console.print("[dim]no operation of this thread is in the ledger yet[/]")
+        # Operations are keyed by idempotency key, not by thread: a call whose
+        # key another thread already used reuses that operation and its result.
+        console.print(
+            "[dim]this thread has opened no operation in the ledger; a call whose "
+            "idempotency key another thread already used reuses that thread's "
+            "operation (`effectgate ledger list` shows every thread's)[/]"
+        )
     if external is not None:
         console.print(_external_table(external))
     if result.error:
