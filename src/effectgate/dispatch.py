@@ -32,6 +32,7 @@ from typing import Any, Literal
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._failpoints import Failpoint
+from effectgate._process import owner_is_gone
 from effectgate._verdicts import Verdict, apply_verdict, validate_verdict
 from effectgate.errors import (
     ClaimLostError,
@@ -487,12 +488,18 @@ class Dispatcher:
             if lookup.status == "unavailable":
                 # Seed 001 §4.8: cannot ask -> stop submitting, keep it visible.
                 return self._park(op, spec, f"lookup unavailable: {lookup.detail}")
-            if spec.not_found_is_final or spec.kind is EffectKind.KEYED:
+            final = spec.not_found_is_final and self._attempt_ended(op)
+            if final or spec.kind is EffectKind.KEYED:
                 return self._retry_or_settle(
+                    op, spec, f"lookup: not found ({lookup.detail})", known_not_applied=final
+                )
+            if spec.not_found_is_final:
+                return self._park(
                     op,
                     spec,
-                    f"lookup: not found ({lookup.detail})",
-                    known_not_applied=spec.not_found_is_final,
+                    f"lookup: not found ({lookup.detail}), but attempt {op.attempt} was "
+                    "started by a worker that is not proven gone (stopped or suspended, "
+                    "another host or container): it may still complete",
                 )
             return self._park(
                 op,
@@ -504,6 +511,28 @@ class Dispatcher:
                 op, spec, f"{spec.kind.value} tool: a repeat is safe", known_not_applied=False
             )
         return self._park(op, spec, f"{spec.kind.value} tool: a repeat could duplicate the effect")
+
+    def _attempt_ended(self, op: Operation) -> bool:
+        """Whether the worker that started ``op``'s last attempt can no longer act on it.
+
+        "Not found is final" (DESIGN §4) holds only once the attempt is over:
+        a mail client stopped mid-send (SIGSTOP, a suspended VM) still sends
+        when it resumes, after its lease expired and this worker took the
+        thread; fencing refuses its late ledger write, not its mail. Over
+        means this worker ran the attempt (the tool returned or raised here),
+        or its worker is proven gone (``effectgate._process.owner_is_gone``).
+        The worker is read from the claim's event: the row's ``claimed_by``
+        is cleared when the attempt leaves IN_FLIGHT.
+        """
+        claimer = op.claimed_by
+        if claimer is None:
+            for event in reversed(self.ledger.events(operation_id=op.operation_id)):
+                if event.dst is OpState.IN_FLIGHT and event.attempt == op.attempt:
+                    claimer = event.detail.get("worker")
+                    break
+        if not isinstance(claimer, str):
+            return False  # no record of who ran it: it may still be running
+        return claimer == self.worker or owner_is_gone(claimer)
 
     def _recheck_parked(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation

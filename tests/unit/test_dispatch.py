@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -12,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from effectgate._clock import FakeClock
+from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.errors import DecisionError, NotAccepted, OutcomeUnknown, Rejected
 from effectgate.ledger import Approval, Budget, OpenRequest, OpState, SqliteLedger
@@ -317,3 +320,63 @@ def test_parked_operation_is_looked_up_again_on_the_next_dispatch(
     out = d.dispatch(call)
     assert out.status is DispatchStatus.SUCCEEDED and out.receipt is not None
     assert out.receipt.source == "reconcile" and script.seen == [1]
+
+
+def _dead_worker_id() -> str:
+    """A worker id of this host and scope whose process has exited."""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from effectgate._process import new_worker_id; print(new_worker_id())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return child.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("claimer", "expected_state", "attempts"),
+    [
+        # a worker id of this very process but another agent: alive
+        ("live", OpState.NEEDS_RECONCILIATION, []),
+        # same host, scope, pid gone: the attempt is over, "not found" is final
+        ("dead", OpState.SUCCEEDED, [2]),
+        # a pid of this host in another PID namespace / boot: proves nothing
+        ("other-scope", OpState.NEEDS_RECONCILIATION, []),
+        # an id from before scopes existed: proves nothing
+        ("legacy", OpState.NEEDS_RECONCILIATION, []),
+    ],
+)
+def test_not_found_is_final_only_once_the_attempts_worker_is_gone(
+    ledger: SqliteLedger,
+    clock: FakeClock,
+    claimer: str,
+    expected_state: OpState,
+    attempts: list[int],
+) -> None:
+    """A reconcilable tool's "not found" is final only if the attempt cannot still complete.
+
+    The attempt was claimed by another worker (a runner that lost the thread's
+    lease, e.g. stopped with SIGSTOP past the lease's TTL): if that worker may
+    still be running, its send may still land, so a retry could duplicate it.
+    """
+    dead = _dead_worker_id()
+    host, pid, _, scope = dead.split(":", 3)
+    worker = {
+        "live": new_worker_id(),
+        "dead": dead,
+        "other-scope": f"{host}:{pid}:abcd1234:{scope.split('/')[0]}/1",
+        "legacy": f"{host}:{pid}:abcd1234",
+    }[claimer]
+    script = Script(calls=[ok("second")], lookups=[Lookup.not_found("no such Message-ID")])
+    d, call = make(ledger, clock, script, kind=EffectKind.RECONCILABLE, reconciler=True, final=True)
+    ledger.claim("op1", attempt=1, worker=worker)
+    out = d.dispatch(call)
+    op = ledger.get("op1")
+    assert op is not None and op.state is expected_state, out.message
+    assert script.seen == attempts
+    if expected_state is OpState.NEEDS_RECONCILIATION:
+        assert "not proven gone" in out.message

@@ -16,8 +16,6 @@ supervisor procedure of langgraph-semantics §12:
 from __future__ import annotations
 
 import enum
-import os
-import socket
 import threading
 import time
 import uuid
@@ -37,10 +35,11 @@ from langgraph.runtime import RunControl
 from langgraph.types import Command, Send
 
 from effectgate._clock import Clock
+from effectgate._process import new_worker_id, owner_is_gone
 from effectgate._recent import Recent
 from effectgate.dispatch import Verdict, validate_verdict
 from effectgate.errors import ConfigError, DecisionError, ThreadBusyError
-from effectgate.graph._build import AgentParts, build_agent, new_worker_id
+from effectgate.graph._build import AgentParts, build_agent
 from effectgate.graph._policy import Policy
 from effectgate.graph._saver import StepDurableSaver
 from effectgate.graph._state import effect_node_name
@@ -442,7 +441,7 @@ class Agent:
                 lease = self.ledger.acquire_lease(thread_id, self.worker, self.lease_ttl_s)
                 break
             except ThreadBusyError as exc:
-                if _owner_is_dead(exc.owner):
+                if owner_is_gone(exc.owner):
                     # The holder's process is gone (kill -9): waiting for its lease
                     # to expire would only delay recovery. Take it over, fenced by owner.
                     lease = self.ledger.acquire_lease(
@@ -715,25 +714,6 @@ def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
         "agent does not have; rebuild it with the same tools the thread started with "
         "(from the CLI: resume --with-services brings the demo ticket and mail tools)"
     )
-
-
-def _owner_is_dead(owner: str) -> bool:
-    """Whether a ``host:pid:nonce`` owner names a process of this host that no longer runs.
-
-    Owners on other hosts, or with pids that are alive (possibly reused), are
-    presumed alive: the lease then simply expires.
-    """
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def _final_text(messages: Sequence[AnyMessage]) -> str | None:

@@ -12,9 +12,6 @@ START → agent ─┬─ no tool calls ─────────────�
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
+from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher
 from effectgate.graph._messages import pending_calls
 from effectgate.graph._nodes import (
@@ -41,11 +39,6 @@ from effectgate.ledger import Ledger, Operation
 from effectgate.tools import ToolSpec, from_langchain_tool
 
 __all__ = ["AgentParts", "build_agent", "new_worker_id", "to_specs"]
-
-
-def new_worker_id() -> str:
-    """Return a worker id unique to this process: ``host:pid:random``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def to_specs(tools: Sequence[ToolSpec | BaseTool]) -> dict[str, ToolSpec]:
