@@ -3,10 +3,13 @@
 Everything before ``interrupt()`` runs again on every resume
 (langgraph-semantics §1), so that part only reads: it normalizes arguments,
 derives operation ids and intent hashes, renders previews and looks up
-possible duplicates. Decisions are validated after the interrupt; a malformed
-answer is refused by asking again with the error, so nothing is dispatched and
-the thread stays resumable. Only then are the decisions written to the ledger
-(one transaction), and approved calls fan out as one ``Send`` each.
+possible duplicates. Operation ids are chosen against the ledger
+(``choose_operation_id``), and the same ledger state always gives the same
+id, so a re-run names the operations the reviewer was shown. Decisions are
+validated after the interrupt; a malformed answer is refused by asking again
+with the error, so nothing is dispatched and the thread stays resumable. Only
+then are the decisions written to the ledger (one transaction), and approved
+calls fan out as one ``Send`` each.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from langgraph.types import Command, Send, interrupt
 from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
+from effectgate._intent import default_operation_id
 from effectgate.errors import ConfigError, DecisionError, ToolCallError
 from effectgate.graph._messages import PendingCall, error_message, pending_calls, rejection_message
 from effectgate.graph._policy import Policy
@@ -34,10 +38,19 @@ from effectgate.graph._state import (
     ReviewRequest,
     effect_node_name,
 )
-from effectgate.ledger import Approval, Ledger, OpenRequest, OpState
+from effectgate.ledger import Approval, Ledger, OpenRequest, Operation, OpState
 from effectgate.tools import EffectKind, ToolSpec
 
-__all__ = ["Prepared", "make_review_node", "parse_decisions", "prepare_calls"]
+__all__ = [
+    "Prepared",
+    "choose_operation_id",
+    "make_review_node",
+    "parse_decisions",
+    "prepare_calls",
+]
+
+_NOT_APPLIED = frozenset({OpState.REJECTED, OpState.FAILED})
+"""Terminal states of an operation known not to have taken effect (DESIGN §3)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +70,74 @@ class Prepared:
     """The operation already ended with these arguments; dispatch only reads it back."""
 
 
+def _belongs(op: Operation, *, keyed: bool, thread_id: str, tool_call_id: str) -> bool:
+    """Whether an existing operation under a candidate id is this call's to use."""
+    own = (op.thread_id, op.tool_call_id) == (thread_id, tool_call_id)
+    if not keyed:
+        # ``{thread_id}:{tool_call_id}`` is ambiguous when the ids contain
+        # ':' (thread ``x`` + call ``y:c`` and thread ``x:y`` + call ``c``):
+        # only the call that opened the operation may use it.
+        return own
+    # A business key is shared on purpose (DESIGN §2), except when its
+    # operation is known not to have taken effect and another call opened it.
+    return own or op.state not in _NOT_APPLIED
+
+
+def choose_operation_id(
+    spec: ToolSpec, args: Any, *, ledger: Ledger, thread_id: str, tool_call_id: str
+) -> str:
+    """Choose the operation id (the idempotency key) of one call, against the ledger.
+
+    The base id is ``spec.operation_id_for(...)``: the tool's business key, or
+    ``{thread_id}:{tool_call_id}``. It is used when no operation has it yet or
+    the existing one belongs to this call; otherwise ``{base}#2``,
+    ``{base}#3``, ... are tried in order until one is free or belongs. An
+    existing operation belongs to this call when
+
+    - for a thread-scoped id: it was opened by this very thread and call
+      (anything else is two ids colliding on ``:``);
+    - for a business key: it was opened by this call, or it is not REJECTED
+      or FAILED. A created ticket or one still in progress is shared across
+      threads (the point of a business key); the call that was rejected
+      still reads its own rejection back on a replay or fork.
+
+    Read-only and deterministic: the same ledger state gives the same id,
+    which the review node needs because it runs again from its first line on
+    every resume (langgraph-semantics §1). The chosen id is the one the
+    reviewer is shown, dispatch uses, and a keyed tool sends as its
+    idempotency key, so a retry after a rejection is a fresh request.
+
+    Args:
+        spec: the call's tool.
+        args: the call's normalized arguments (``spec.normalize``).
+        ledger: read for the operations already under each candidate id.
+        thread_id: the thread proposing the call.
+        tool_call_id: the model's id of the call.
+
+    Returns:
+        The base id or its first ``#n`` variant that is free or belongs to this call.
+
+    Raises:
+        LedgerCorruptError: an existing operation fails validation.
+
+    Note:
+        An idempotency key whose operation is known not to have taken effect
+        (DESIGN §3: REJECTED by a reviewer, FAILED as known not applied) must
+        not silently swallow a new, different call: that call would be
+        "settled" as rejected or failed without anyone being asked, and the
+        action lost (DESIGN §8.2).
+    """
+    base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=tool_call_id)
+    keyed = base != default_operation_id(thread_id, tool_call_id)
+    candidate, n = base, 1
+    while (op := ledger.get(candidate)) is not None and not _belongs(
+        op, keyed=keyed, thread_id=thread_id, tool_call_id=tool_call_id
+    ):
+        n += 1
+        candidate = f"{base}#{n}"
+    return candidate
+
+
 def _possible_duplicate(ledger: Ledger, op_id: str, ihash: str) -> str | None:
     # Any thread of this ledger: the same intent that already took effect
     # elsewhere (a second run of the same task, a re-plan with new call ids)
@@ -71,7 +152,9 @@ def _prepare_one(
     call: PendingCall, spec: ToolSpec, *, ledger: Ledger, policy: Policy, thread_id: str
 ) -> Prepared:
     args = spec.normalize(call.args, tool_call_id=call.id)
-    op_id = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=call.id)
+    op_id = choose_operation_id(
+        spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=call.id
+    )
     ihash = spec.intent_hash(args)
     existing = ledger.get(op_id)
     conflict = None
@@ -213,7 +296,9 @@ def _decide_edit(
         args = p.spec.normalize(edited["args"], tool_call_id=p.call.id)
     except ToolCallError as exc:
         raise DecisionError(f"edited arguments refused: {exc}") from exc
-    op_id = p.spec.operation_id_for(args, thread_id=thread_id, tool_call_id=p.call.id)
+    op_id = choose_operation_id(
+        p.spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=p.call.id
+    )
     ihash = p.spec.intent_hash(args)
     existing = ledger.get(op_id)
     if existing is not None and existing.intent_hash != ihash:

@@ -1,0 +1,212 @@
+"""Operation ids chosen by the review: a key known not to have taken effect swallows no call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from pydantic import BaseModel
+
+from effectgate._app import StateDir, open_agent
+from effectgate.demo.services import DemoServices, read_tickets
+from effectgate.graph import Agent, RunStatus
+from effectgate.ledger import OpState
+from effectgate.models import ScriptedChatModel, load_script
+from effectgate.testing.oracle import checkpoint_problems, world
+from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
+
+TASK = "Check the order service and handle any incident."
+KEY = "ticket:orders-error-rate"
+APPROVE = {"decisions": [{"type": "approve"}], "reviewer": "test"}
+REJECT = {"decisions": [{"type": "reject", "message": "not now"}], "reviewer": "test"}
+
+
+@contextmanager
+def incident_agent(
+    sd: StateDir, svc: DemoServices, *, alert_id: str = "orders-error-rate"
+) -> Iterator[Agent]:
+    script = load_script("incident")
+    script["turns"][1]["tool_calls"][0]["args"]["alert_id"] = alert_id
+    model = ScriptedChatModel.from_script(script)
+    with open_agent(sd, model=model, endpoints=svc.endpoints) as agent:
+        yield agent
+
+
+def actions(result: Any) -> list[dict[str, Any]]:
+    (pending,) = result.interrupts
+    found: list[dict[str, Any]] = pending.value["action_requests"]
+    return found
+
+
+def ticket_keys(sd: StateDir) -> list[str]:
+    return [str(t["idempotency_key"]) for t in read_tickets(sd.services)]
+
+
+def test_rejected_key_is_reviewed_again_in_another_thread(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A ticket rejected on Monday is asked for again on Tuesday under ``<key>#2``; it runs once."""
+    with incident_agent(state_dir, services) as agent:
+        monday = agent.start(TASK, thread_id="monday")
+        assert [a["operation_id"] for a in actions(monday)] == [KEY]
+        assert agent.resume("monday", decisions=REJECT).status is RunStatus.DONE
+        rejected = agent.ledger.get(KEY)
+        assert rejected is not None and rejected.state is OpState.REJECTED
+
+        tuesday = agent.start(TASK, thread_id="tuesday")
+        assert tuesday.status is RunStatus.WAITING_REVIEW
+        (action,) = actions(tuesday)
+        assert (action["name"], action["operation_id"]) == ("create_ticket", f"{KEY}#2")
+        tuesday = agent.resume("tuesday", decisions=APPROVE)
+        assert tuesday.status is RunStatus.WAITING_REVIEW  # now the mail and the note
+        assert ticket_keys(state_dir) == [f"{KEY}#2"]
+
+        retried = agent.ledger.get(f"{KEY}#2")
+        assert retried is not None and retried.state is OpState.SUCCEEDED
+        assert retried.thread_id == "tuesday"
+        rejected = agent.ledger.get(KEY)
+        assert rejected is not None and rejected.state is OpState.REJECTED
+        assert rejected.thread_id == "monday"
+
+        # Monday's own call still reads back as rejected: resumed or replayed
+        # from any checkpoint, it asks nobody and runs nothing.
+        assert agent.resume("monday").status is RunStatus.DONE
+        config = {"configurable": {"thread_id": "monday"}}
+        for snap in list(agent.graph.get_state_history(config)):
+            replay = agent.replay("monday", snap.config["configurable"]["checkpoint_id"])
+            assert replay.status is RunStatus.DONE, replay
+        assert [op.operation_id for op in agent.ledger.list(thread_id="monday")] == [KEY]
+        assert checkpoint_problems(state_dir.checkpoints, "monday") == []
+    assert services.stats("tickets")["create_requests"] == 1
+    assert ticket_keys(state_dir) == [f"{KEY}#2"]
+
+
+def test_edit_onto_a_rejected_key_opens_a_fresh_operation(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """An edit onto a key another call had rejected runs under ``<key>#2``, reviewed once."""
+    with incident_agent(state_dir, services) as agent:
+        agent.start(TASK, thread_id="monday")
+        agent.resume("monday", decisions=REJECT)
+    with incident_agent(state_dir, services, alert_id="orders-errors") as agent:
+        (action,) = actions(agent.start(TASK, thread_id="tuesday"))
+        assert action["operation_id"] == "ticket:orders-errors"
+        edited = {**action["args"], "alert_id": "orders-error-rate"}
+        edit = {"type": "edit", "edited_action": {"name": "create_ticket", "args": edited}}
+        result = agent.resume("tuesday", decisions={"decisions": [edit]})
+        assert result.status is RunStatus.WAITING_REVIEW  # the mail and the note
+        op = agent.ledger.get(f"{KEY}#2")
+        assert op is not None and op.state is OpState.SUCCEEDED
+        assert (op.thread_id, op.args["alert_id"]) == ("tuesday", "orders-error-rate")
+        assert agent.ledger.get("ticket:orders-errors") is None
+        rejected = agent.ledger.get(KEY)
+        assert rejected is not None and rejected.state is OpState.REJECTED
+    (ticket,) = read_tickets(state_dir.services)
+    assert (ticket["idempotency_key"], ticket["alert_id"]) == (f"{KEY}#2", "orders-error-rate")
+
+
+def test_failed_key_is_reviewed_again_and_can_succeed(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A ticket the service refused for good (422) does not settle a later thread's ticket."""
+    services.set_fault("tickets", "reject")
+    with incident_agent(state_dir, services) as agent:
+        agent.start(TASK, thread_id="monday")
+        assert agent.resume("monday", decisions=APPROVE).status is RunStatus.DONE
+        failed = agent.ledger.get(KEY)
+        assert failed is not None and failed.state is OpState.FAILED
+        assert world(state_dir).tickets == 0
+
+        services.set_fault("tickets", "normal")
+        tuesday = agent.start(TASK, thread_id="tuesday")
+        assert tuesday.status is RunStatus.WAITING_REVIEW
+        (action,) = actions(tuesday)
+        assert action["operation_id"] == f"{KEY}#2"
+        assert agent.resume("tuesday", decisions=APPROVE).status is RunStatus.WAITING_REVIEW
+        retried = agent.ledger.get(f"{KEY}#2")
+        assert retried is not None and retried.state is OpState.SUCCEEDED
+        failed = agent.ledger.get(KEY)
+        assert failed is not None and failed.state is OpState.FAILED
+    assert ticket_keys(state_dir) == [f"{KEY}#2"]
+
+
+def test_succeeded_key_is_still_shared_across_threads(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A ticket that was created is reused by a second thread: nobody is asked, nothing is sent."""
+    with incident_agent(state_dir, services) as agent:
+        agent.start(TASK, thread_id="monday")
+        result = agent.resume("monday", decisions=APPROVE)
+        result = agent.resume("monday", decisions={"decisions": [{"type": "approve"}] * 2})
+        assert result.status is RunStatus.DONE
+
+        tuesday = agent.start(TASK, thread_id="tuesday")
+        assert [a["name"] for a in actions(tuesday)] == ["send_email", "write_file"]
+        reject_both = {"decisions": [{"type": "reject"}] * 2}
+        assert agent.resume("tuesday", decisions=reject_both).status is RunStatus.DONE
+        assert agent.ledger.get(f"{KEY}#2") is None
+        assert agent.ledger.list(thread_id="tuesday", tool="create_ticket") == []
+        (reply,) = [
+            m
+            for m in agent.messages("tuesday")
+            if isinstance(m, ToolMessage) and m.name == "create_ticket"
+        ]
+        assert json.loads(str(reply.content))["status"] == "succeeded"
+    assert services.stats("tickets")["create_requests"] == 1
+    assert ticket_keys(state_dir) == [KEY]
+
+
+class NoteArgs(BaseModel):
+    text: str
+
+
+def _note_agent(sd: StateDir, effects: Path, call_id: str) -> Any:
+    """An agent whose only tool appends one line per effect to ``effects`` (the outside world)."""
+
+    def note(args: NoteArgs, ctx: ToolContext) -> ToolResult:
+        line = {"thread_id": ctx.thread_id, "operation_id": ctx.operation_id, "text": args.text}
+        with effects.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+        return ToolResult(value={"written": True})
+
+    spec = ToolSpec(
+        name="note",
+        description="Record a note.",
+        args_schema=NoteArgs,
+        func=note,
+        kind=EffectKind.IDEMPOTENT,
+    )
+    script = {
+        "name": "note",
+        "turns": [{"tool_calls": [{"name": "note", "args": {"text": "hi"}, "id": call_id}]}],
+    }
+    return open_agent(sd, model=ScriptedChatModel.from_script(script), tools=[spec])
+
+
+def test_colliding_thread_scoped_ids_get_distinct_operations(
+    state_dir: StateDir, tmp_path: Path
+) -> None:
+    """Thread ``x`` + call ``y:call_1`` and thread ``x:y`` + call ``call_1`` both take effect."""
+    effects = tmp_path / "effects.jsonl"
+    for thread, call_id in [("x", "y:call_1"), ("x:y", "call_1")]:
+        with _note_agent(state_dir, effects, call_id) as agent:
+            result = agent.start("go", thread_id=thread)
+            assert result.status is RunStatus.WAITING_REVIEW, (thread, result)
+            assert agent.resume(thread, decisions=APPROVE).status is RunStatus.DONE
+    lines = [json.loads(line) for line in effects.read_text(encoding="utf-8").splitlines()]
+    assert [(e["thread_id"], e["operation_id"]) for e in lines] == [
+        ("x", "x:y:call_1"),
+        ("x:y", "x:y:call_1#2"),
+    ]
+    with _note_agent(state_dir, effects, "call_1") as agent:
+        for thread, call_id in [("x", "y:call_1"), ("x:y", "call_1")]:
+            (op,) = agent.ledger.list(thread_id=thread)
+            assert (op.tool_call_id, op.state) == (call_id, OpState.SUCCEEDED)
+        # Both threads resumed again: each reads its own operation back, nothing runs.
+        for thread in ("x", "x:y"):
+            assert agent.resume(thread).status is RunStatus.DONE
+    assert len(effects.read_text(encoding="utf-8").splitlines()) == 2
