@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
+from effectgate._intent import default_operation_id
 from effectgate._intent import intent_hash as _intent_hash
 from effectgate.errors import ToolCallError
 
@@ -225,7 +226,7 @@ class ToolSpec:
             key = self.operation_key(args)
             if key:
                 return key
-        return f"{thread_id}:{tool_call_id}"
+        return default_operation_id(thread_id, tool_call_id)
 
     def render_preview(self, args: BaseModel, *, operation_id: str | None = None) -> str:
         """Return the reviewer preview, or the args as indented JSON when none is defined.
