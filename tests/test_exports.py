@@ -48,6 +48,7 @@ PUBLIC = {
         "LedgerCorruptError",
         "LedgerError",
         "NotAccepted",
+        "OperationBusyError",
         "OutcomeUnknown",
         "Rejected",
         "SchemaVersionError",

@@ -38,6 +38,7 @@ from effectgate.errors import (
     ClaimLostError,
     IntentConflictError,
     NotAccepted,
+    OperationBusyError,
     OutcomeUnknown,
     Rejected,
     ToolCallError,
@@ -468,13 +469,33 @@ class Dispatcher:
                     f"the thread ({op.claimed_by})"
                 },
             )
-        return self._needs_human(
-            op,
-            None,
-            (
-                f"attempt {op.attempt} is in flight under worker {op.claimed_by} in thread "
-                f"{op.thread_id}; its outcome is not known here"
-            ),
+        if op.claimed_by is not None and owner_is_gone(op.claimed_by):
+            # A keyed operation another thread started, whose process has ended
+            # (kill -9 there). Waiting for that thread to be resumed would stall
+            # this one for nothing: recover it here. A recovery racing from the
+            # other thread's own runner loses the compare-and-set and re-reads.
+            try:
+                return self.ledger.transition(
+                    op.operation_id,
+                    src=OpState.IN_FLIGHT,
+                    dst=OpState.UNKNOWN,
+                    detail={
+                        "reason": f"found IN_FLIGHT under worker {op.claimed_by} of thread "
+                        f"{op.thread_id}, whose process has ended"
+                    },
+                )
+            except ClaimLostError:
+                fresh = self.ledger.get(op.operation_id)
+                assert fresh is not None
+                return fresh
+        # Its worker may still be running it: nobody can know the outcome yet,
+        # and a human verdict now could contradict what that worker records.
+        raise OperationBusyError(
+            f"operation {op.operation_id!r} ({op.tool}) is in flight in thread "
+            f"{op.thread_id!r} under worker {op.claimed_by}, which may still be running: "
+            f"wait for it, then resume this thread (if that process is gone for good, "
+            f"resume thread {op.thread_id!r} first)",
+            operation_id=op.operation_id,
         )
 
     def _recover_unknown(

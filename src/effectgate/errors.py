@@ -49,6 +49,7 @@ __all__ = [
     "LedgerCorruptError",
     "LedgerError",
     "NotAccepted",
+    "OperationBusyError",
     "OutcomeUnknown",
     "Rejected",
     "SchemaVersionError",
@@ -176,6 +177,25 @@ class ThreadBusyError(EffectgateError):
     def __reduce__(self) -> tuple[Any, ...]:
         kw = {"thread_id": self.thread_id, "owner": self.owner, "expires_in_s": self.expires_in_s}
         return (_rebuild_kw, (type(self), kw))
+
+
+class OperationBusyError(EffectgateError):
+    """An operation this thread needs is in flight under a live worker of another thread.
+
+    Raised by dispatch for a business-keyed operation (shared across threads)
+    whose attempt another thread's worker started and may still be running:
+    its outcome cannot be known yet. The run stops; resuming later continues.
+    """
+
+    def __init__(self, message: str, *, operation_id: str) -> None:
+        self.operation_id = operation_id
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_kw,
+            (type(self), {"message": str(self), "operation_id": self.operation_id}),
+        )
 
 
 class IntentConflictError(EffectgateError):
