@@ -141,3 +141,32 @@ def test_forks_and_replays_read_back_as_upstream_does(
             graph.invoke(None, history[step[1] % len(history)])
     _assert_same_everywhere(path, saver, "t")
     saver.conn.close()
+
+
+def test_checkpoints_deleted_by_another_connection_are_not_remembered(tmp_path: Path) -> None:
+    """Rows deleted from outside (a prune, another process's delete_thread): upstream's answer.
+
+    The writer remembered every checkpoint's parent when it wrote it; another
+    connection's commit (SQLite's data version moves) makes it forget.
+    """
+    path = tmp_path / "c.sqlite3"
+    saver = StepDurableSaver(_connect(path))
+    graph = _graph(saver)
+    for i in range(6):
+        graph.invoke({"a": [i]}, {"configurable": {"thread_id": "t"}})
+    plain = SqliteSaver(_connect(path))
+    configs = [t.config for t in plain.list({"configurable": {"thread_id": "t"}})]
+    for config in configs:  # warm: every lineage remembered and used
+        saver.get_delta_channel_history(config=config, channels=CHANNELS)
+    middle = configs[len(configs) // 2]["configurable"]["checkpoint_id"]
+    with _connect(path) as other:
+        other.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", (middle,))
+    for config in configs:
+        got = saver.get_delta_channel_history(config=config, channels=CHANNELS)
+        assert got == _upstream(plain, config)
+    saver.delete_thread("t")  # its own delete: forgets too
+    for config in configs:
+        assert saver.get_delta_channel_history(config=config, channels=CHANNELS) == _upstream(
+            plain, config
+        )
+    plain.conn.close()

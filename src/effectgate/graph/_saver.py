@@ -87,6 +87,8 @@ class StepDurableSaver(SqliteSaver):
         super().__init__(conn, **kwargs)
         self._local = threading.local()
         self._lineage: Recent[tuple[str, str, str], _Lineage] = Recent(self._LINEAGE_MEMO)
+        self._lineage_version: int | None = None
+        """``PRAGMA data_version`` when the memory was last known to match the file."""
         self._name_sets: Recent[frozenset[str], frozenset[str]] = Recent(256)
 
     def setup(self) -> None:
@@ -177,6 +179,11 @@ class StepDurableSaver(SqliteSaver):
         )
         return saved
 
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread (``SqliteSaver.delete_thread``) and forget the lineage remembered."""
+        super().delete_thread(thread_id)
+        self._lineage.clear()
+
     def _names(self, channels: Iterable[str]) -> frozenset[str]:
         # A graph's checkpoints hold a handful of distinct channel sets: share them.
         names = frozenset(channels)
@@ -198,9 +205,12 @@ class StepDurableSaver(SqliteSaver):
         follows remembered lineage (parent id and channel names, facts that
         never change once a checkpoint is written) and deserializes only the
         seeds; a checkpoint this saver has not seen yet sends the walk to SQL,
-        as upstream, and is remembered on the way. A seed found missing where
-        one was remembered (a checkpoint id rewritten by ``INSERT OR REPLACE``
-        in another process) also falls back to the SQL walk.
+        as upstream, and is remembered on the way. The memory holds only while
+        no other connection has written the file (``PRAGMA data_version``
+        unchanged; this saver's own ``delete_thread`` forgets too): a delete,
+        a prune or a re-put from elsewhere would make it wrong, so any other
+        writer's commit clears it. A seed found missing where one was
+        remembered also falls back to the SQL walk.
 
         Args:
             config: the target checkpoint's config (``thread_id``,
@@ -221,6 +231,13 @@ class StepDurableSaver(SqliteSaver):
         where = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""))
         channels = list(channels)
         with self.cursor(transaction=False) as cur:
+            (version,) = cur.execute("PRAGMA data_version").fetchone()
+            if version != self._lineage_version:
+                # Another connection committed (another process or saver on this
+                # file): it may have deleted or rewritten checkpoints. Forget,
+                # and learn again from the SQL walk.
+                self._lineage.clear()
+                self._lineage_version = version
             walk = self._remembered_walk(where, checkpoint_id, channels)
             seeds = None if walk is None else self._read_seeds(cur, where, walk[1])
             if walk is None or seeds is None:
