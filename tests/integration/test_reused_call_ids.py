@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from effectgate._app import StateDir, open_agent
 from effectgate.graph import Agent, Policy, RunResult, RunStatus, history_problems
 from effectgate.graph._nodes import make_agent_node
-from effectgate.ledger import OpState
+from effectgate.ledger import Approval, OpenRequest, OpState
 from effectgate.models import ScriptedChatModel, make_model
 from effectgate.testing.openai_server import FakeOpenAIServer, chat_reply
 from effectgate.testing.oracle import checkpoint_problems
@@ -265,3 +265,47 @@ def test_agent_node_renames_parsed_invalid_and_raw_calls_alike() -> None:
     assert by_args == {"{not json": "c0~3", json.dumps(BYE): "c0~2", json.dumps(HI): "fresh"}
     assert out.additional_kwargs["refusal"] is None
     assert history_problems([*earlier, out]) == []
+
+
+def test_an_approved_same_intent_call_in_another_thread_is_a_possible_duplicate(
+    state_dir: StateDir,
+) -> None:
+    """Two runs of one task at once: the second sees the first's approved (not yet
+    finished) operation and flags it, so no policy or blanket approval passes it."""
+    sent: Sent = []
+    script = {"name": "one", "turns": [{"say": "x", "tool_calls": [_call(HI)]}], "final": "ok"}
+    with _agent(state_dir, script, sent) as agent:
+        first = agent.start("mail alice", thread_id="a")
+        (req,) = first.interrupts[0].value["action_requests"]
+        # Record thread a's approval only (its effect has not run yet): APPROVED.
+        approval = {"decisions": [{"type": "approve"}], "reviewer": "t"}
+        agent.ledger.record_review(
+            [
+                OpenRequest(
+                    operation_id=req["operation_id"],
+                    thread_id="a",
+                    tool_call_id=req["tool_call_id"],
+                    tool="send_email",
+                    tool_version="1",
+                    args=req["args"],
+                    intent_hash=req["intent_hash"],
+                )
+            ],
+            [
+                Approval(
+                    operation_id=req["operation_id"],
+                    thread_id="a",
+                    tool_call_id=req["tool_call_id"],
+                    decision="approve",
+                    intent_hash=req["intent_hash"],
+                    reviewer="t",
+                    decided_at=agent.ledger.clock.now(),
+                )
+            ],
+        )
+        assert agent.ledger.get(req["operation_id"]).state is OpState.APPROVED  # type: ignore[union-attr]
+        second = agent.start("mail alice", thread_id="b")
+        (dup,) = second.interrupts[0].value["action_requests"]
+        assert dup["possible_duplicate_of"] == req["operation_id"]
+        assert agent.resume("a", decisions=approval).status is RunStatus.DONE
+    assert len(sent) == 1

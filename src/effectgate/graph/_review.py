@@ -138,11 +138,27 @@ def choose_operation_id(
     return candidate
 
 
+_MAY_TAKE_EFFECT = frozenset(
+    {
+        OpState.SUCCEEDED,
+        OpState.APPROVED,
+        OpState.IN_FLIGHT,
+        OpState.UNKNOWN,
+        OpState.RETRY_WAIT,
+        OpState.NEEDS_RECONCILIATION,
+    }
+)
+"""States of an operation that took effect, or was approved and may still take it."""
+
+
 def _possible_duplicate(ledger: Ledger, op_id: str, ihash: str) -> str | None:
-    # Any thread of this ledger: the same intent that already took effect
-    # elsewhere (a second run of the same task, a re-plan with new call ids)
-    # is worth a human's look, and is never approved by policy alone.
-    for op in ledger.list(intent_hash=ihash, states=[OpState.SUCCEEDED]):
+    # Any thread of this ledger: the same intent that took effect elsewhere
+    # (a second run of the same task, a re-plan with new call ids), or that
+    # was approved there and may still take it (two runs of one task at
+    # once), is worth a human's look, and is never approved by policy alone.
+    # Two reviews that neither sees the other's yet still both pass: this is
+    # a reviewer's aid, not a lock (README, "what it does not do").
+    for op in ledger.list(intent_hash=ihash, states=_MAY_TAKE_EFFECT):
         if op.operation_id != op_id:
             return op.operation_id
     return None
