@@ -115,8 +115,16 @@ def test_blanket_answer_not_allowed_is_left_for_a_human() -> None:
     """A conflicting call cannot be approved: the whole request stays pending."""
     notes: list[str] = []
     source = BlanketDecisions(approve=True, reviewer="r", say=notes.append)
-    assert source.review(_request("keyed", allowed=["edit", "reject"])) is None
+    conflicting = _request("keyed", allowed=["edit", "reject"])
+    conflicting["action_requests"][0]["conflict"] = {
+        "operation_id": "op0",
+        "stored_args": {"n": 7},
+        "stored_state": "SUCCEEDED",
+    }
+    assert source.review(conflicting) is None
     assert "left for review" in notes[0]
+    # the note says why: the id is bound to other arguments, and which
+    assert 'bound to other arguments (stored {"n": 7}, state SUCCEEDED)' in notes[0]
     rejecting = BlanketDecisions(approve=False, reviewer="r", say=notes.append)
     answer = rejecting.review(_request("keyed"))
     assert answer is not None and answer["decisions"][0]["type"] == "reject"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from effectgate.cli._render import dumps
 from effectgate.errors import DecisionError
 
 __all__ = [
@@ -103,7 +104,17 @@ class BlanketDecisions:
             label = f"{action['name']} ({action['operation_id']})"
             if wanted not in config.get("allowed_decisions", []):
                 allowed = ", ".join(config.get("allowed_decisions", []))
-                self.say(f"{flag}: cannot {wanted} {label} (allowed: {allowed}); left for review")
+                conflict = action.get("conflict")
+                why = ""
+                if isinstance(conflict, Mapping):
+                    why = (
+                        f": its operation id is bound to other arguments (stored "
+                        f"{dumps(conflict.get('stored_args'))}, state "
+                        f"{conflict.get('stored_state')}); edit the call to them, or reject it"
+                    )
+                self.say(
+                    f"{flag}: cannot {wanted} {label} (allowed: {allowed}){why}; left for review"
+                )
                 return None
             duplicate = action.get("possible_duplicate_of")
             if self.approve and duplicate:
