@@ -16,7 +16,7 @@ from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.graph import Agent, RunStatus
 from effectgate.ledger import OpState
 from effectgate.models import ScriptedChatModel, load_script
-from effectgate.testing.oracle import checkpoint_problems, world
+from effectgate.testing.oracle import checkpoint_problems
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
 
 TASK = "Check the order service and handle any incident."
@@ -109,29 +109,25 @@ def test_edit_onto_a_rejected_key_opens_a_fresh_operation(
     assert (ticket["idempotency_key"], ticket["alert_id"]) == (f"{KEY}#2", "orders-error-rate")
 
 
-def test_failed_key_is_reviewed_again_and_can_succeed(
+def test_failed_key_stays_failed_for_a_later_thread(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """A ticket the service refused for good (422) does not settle a later thread's ticket."""
+    """Seed 001 §4.7: a ticket the service refused for good stays FAILED for a new run of
+    the same task (its stored outcome and budget hold until an explicit act): no ``#2``."""
     services.set_fault("tickets", "reject")
     with incident_agent(state_dir, services) as agent:
         agent.start(TASK, thread_id="monday")
         assert agent.resume("monday", decisions=APPROVE).status is RunStatus.DONE
         failed = agent.ledger.get(KEY)
         assert failed is not None and failed.state is OpState.FAILED
-        assert world(state_dir).tickets == 0
 
         services.set_fault("tickets", "normal")
-        tuesday = agent.start(TASK, thread_id="tuesday")
-        assert tuesday.status is RunStatus.WAITING_REVIEW
-        (action,) = actions(tuesday)
-        assert action["operation_id"] == f"{KEY}#2"
-        assert agent.resume("tuesday", decisions=APPROVE).status is RunStatus.WAITING_REVIEW
-        retried = agent.ledger.get(f"{KEY}#2")
-        assert retried is not None and retried.state is OpState.SUCCEEDED
-        failed = agent.ledger.get(KEY)
-        assert failed is not None and failed.state is OpState.FAILED
-    assert ticket_keys(state_dir) == [f"{KEY}#2"]
+        agent.start(TASK, thread_id="tuesday")
+        assert agent.ledger.get(f"{KEY}#2") is None
+        after = agent.ledger.get(KEY)
+        assert after is not None and after.state is OpState.FAILED
+        assert after.attempt == failed.attempt
+    assert ticket_keys(state_dir) == []
 
 
 def test_succeeded_key_is_still_shared_across_threads(

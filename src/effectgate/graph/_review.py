@@ -49,8 +49,8 @@ __all__ = [
     "prepare_calls",
 ]
 
-_NOT_APPLIED = frozenset({OpState.REJECTED, OpState.FAILED})
-"""Terminal states of an operation known not to have taken effect (DESIGN §3)."""
+_REFUSED = frozenset({OpState.REJECTED})
+"""Terminal states that answer one call, not the business action: a reviewer's "no"."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,9 +78,9 @@ def _belongs(op: Operation, *, keyed: bool, thread_id: str, tool_call_id: str) -
         # ':' (thread ``x`` + call ``y:c`` and thread ``x:y`` + call ``c``):
         # only the call that opened the operation may use it.
         return own
-    # A business key is shared on purpose (DESIGN §2), except when its
-    # operation is known not to have taken effect and another call opened it.
-    return own or op.state not in _NOT_APPLIED
+    # A business key is shared on purpose (DESIGN §2), except when a reviewer
+    # rejected the call that opened it: that "no" was about that call.
+    return own or op.state not in _REFUSED
 
 
 def choose_operation_id(
@@ -96,10 +96,12 @@ def choose_operation_id(
 
     - for a thread-scoped id: it was opened by this very thread and call
       (anything else is two ids colliding on ``:``);
-    - for a business key: it was opened by this call, or it is not REJECTED
-      or FAILED. A created ticket or one still in progress is shared across
-      threads (the point of a business key); the call that was rejected
-      still reads its own rejection back on a replay or fork.
+    - for a business key: it was opened by this call, or it is not
+      REJECTED. A created ticket, one still in progress, and one FAILED are
+      shared across threads (the point of a business key; seed 001 §4.7: a
+      new run of the same task finds the stored budget and outcome, which
+      only an explicit act extends); the call that was rejected still reads
+      its own rejection back on a replay or fork.
 
     Read-only and deterministic: the same ledger state gives the same id,
     which the review node needs because it runs again from its first line on
@@ -121,11 +123,10 @@ def choose_operation_id(
         LedgerCorruptError: an existing operation fails validation.
 
     Note:
-        An idempotency key whose operation is known not to have taken effect
-        (DESIGN §3: REJECTED by a reviewer, FAILED as known not applied) must
-        not silently swallow a new, different call: that call would be
-        "settled" as rejected or failed without anyone being asked, and the
-        action lost (DESIGN §8.2).
+        A reviewer's rejection answers the call that was shown, not every
+        later call with the same key: without a fresh id a new call (another
+        thread, days later) would be "settled" as rejected without anyone
+        being asked, and the action lost (DESIGN §8.2).
     """
     base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=tool_call_id)
     keyed = base != default_operation_id(thread_id, tool_call_id)
