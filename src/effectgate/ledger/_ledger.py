@@ -286,7 +286,7 @@ class Ledger(AttemptsMixin):
         """
         with self._store.read() as r:
             op = r.get_operation(operation_id)
-        return None if op is None else verified(op)
+        return None if op is None else self._verified_once(op)
 
     def list(
         self,

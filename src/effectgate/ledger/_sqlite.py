@@ -284,8 +284,16 @@ class _Reader:
         self._listings = listings
 
     def get_operation(self, operation_id: str) -> Operation | None:
-        row = self._conn.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
-        return None if row is None else codec.operation_from_row(row)
+        if self._decoded is None:
+            row = self._conn.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
+            return None if row is None else codec.operation_from_row(row)
+        cur = self._conn.cursor()
+        cur.row_factory = None  # a plain tuple, compared with the row decoded before
+        try:
+            raw = cur.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
+        finally:
+            cur.close()
+        return None if raw is None else self._decoded.operation(raw)
 
     def list_operations(
         self,
