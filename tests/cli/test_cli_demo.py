@@ -97,14 +97,18 @@ def test_a_second_demo_reuses_the_ticket_and_stops_at_the_possible_duplicate_mai
     tmp_path: Path,
 ) -> None:
     """Same state dir, new thread: no second ticket, the mail waits for a person, and the
-    summary says why this thread has no operation of its own."""
+    summary lists the first thread's ticket operation as one this thread met by its key."""
     state = str(tmp_path / "state")
     assert eg("demo", "--approve", "all", "--state-dir", state, "--thread", "d1").code == 0
     again = eg("demo", "--approve", "all", "--state-dir", state, "--thread", "d2")
     assert again.code == 4, again.stderr
     assert "possible duplicate of d1:" in " ".join(again.stderr.split())
     out = " ".join(again.stdout.split())
-    assert "this thread has opened no operation in the ledger" in out
-    assert "reuses that thread's operation" in out
+    assert "operations of other threads this thread met by business key" in out
+    listed = eg("resume", "--state-dir", state, "--thread", "d2", "--json")
+    assert listed.code == 4, listed.stderr
+    shared = [(op["id"], op["thread_id"]) for op in listed.json["shared_operations"]]
+    assert shared == [("ticket:orders-error-rate", "d1")]
+    assert all(op["thread_id"] == "d2" for op in listed.json["operations"])
     counts = world(tmp_path / "state")
     assert (len(counts["tickets"]), len(counts["mails"])) == (1, 1)

@@ -142,6 +142,11 @@ def test_succeeded_key_is_still_shared_across_threads(
 
         tuesday = agent.start(TASK, thread_id="tuesday")
         assert [a["name"] for a in actions(tuesday)] == ["send_email", "write_file"]
+        # the result names monday's ticket operation as one tuesday met by its key
+        assert [op.operation_id for op in tuesday.shared_operations] == [KEY]
+        assert [op.thread_id for op in tuesday.shared_operations] == ["monday"]
+        assert all(op.thread_id == "tuesday" for op in tuesday.operations)
+        assert [op.operation_id for op in agent.status("tuesday").shared_operations] == [KEY]
         reject_both = {"decisions": [{"type": "reject"}] * 2}
         assert agent.resume("tuesday", decisions=reject_both).status is RunStatus.DONE
         assert agent.ledger.get(f"{KEY}#2") is None

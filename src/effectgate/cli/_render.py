@@ -197,8 +197,10 @@ def result_json(
         stopped_by: the signal that stopped the command (``"SIGTERM"``), if any.
 
     Returns:
-        ``thread_id, status, exit_code, operations, state_counts, interrupts,
-        external, final_message, error, error_type, signal, notes``.
+        ``thread_id, status, exit_code, operations, shared_operations,
+        state_counts, interrupts, external, final_message, error, error_type,
+        signal, notes``; ``shared_operations`` are other threads' operations
+        this thread met by business key (not counted in ``state_counts``).
     """
     error = "; ".join(refused) if refused else result.error
     return {
@@ -206,6 +208,7 @@ def result_json(
         "status": result.status.value,
         "exit_code": exit_code,
         "operations": [operation_json(op) for op in result.operations],
+        "shared_operations": [operation_json(op) for op in result.shared_operations],
         "state_counts": state_counts(result.operations),
         "interrupts": [interrupt_json(item) for item in result.interrupts],
         "external": jsonable(external) if external is not None else None,
@@ -337,7 +340,10 @@ def print_summary(
     if result.operations:
         title = f"ledger: thread {result.thread_id}"
         console.print(operations_table(result.operations, title=title))
-    else:
+    if result.shared_operations:
+        title = "ledger: operations of other threads this thread met by business key"
+        console.print(operations_table(result.shared_operations, title=title))
+    if not result.operations and not result.shared_operations:
         # Operations are keyed by idempotency key, not by thread: a call whose
         # key another thread already used reuses that operation and its result.
         console.print(

@@ -16,16 +16,17 @@ supervisor procedure of langgraph-semantics §12:
 from __future__ import annotations
 
 import enum
+import json
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -83,8 +84,13 @@ class RunResult:
     final_message: str | None = None
     """The last AI message's text when the thread is done."""
     operations: list[Operation] = field(default_factory=list)
+    """The operations this thread opened, in the order they were created."""
     error: str | None = None
     """Why the run stopped early (model error, drain); the thread stays resumable."""
+    shared_operations: list[Operation] = field(default_factory=list)
+    """Operations another thread opened that this thread's calls met through a
+    business key (a ticket reused, a key in flight elsewhere), as far as this
+    agent has seen the thread's messages: not in ``operations``."""
 
 
 EventHook = Callable[[Mapping[str, Any]], None]
@@ -156,6 +162,8 @@ class Agent:
             ledger, lease_ttl_s, self.request_stop, name=f"effectgate-lease-keeper {self.worker}"
         )
         self._stops: Recent[str, _Stop] = Recent(1024)
+        self._used: Recent[str, frozenset[str]] = Recent(1024)
+        """Per thread: operation ids its tool messages named, as far as this agent saw."""
         """Where this agent's last runs stopped at interrupts, by thread (see ``_head``)."""
 
     # ---------------------------------------------------------------- running
@@ -196,7 +204,7 @@ class Agent:
         self._refuse_existing(thread_id)
         with self._lease(thread_id):
             self._refuse_existing(thread_id)
-            return self._run(thread_id, {"messages": [HumanMessage(task)]})
+            return self._with_shared(self._run(thread_id, {"messages": [HumanMessage(task)]}))
 
     def _refuse_existing(self, thread_id: str) -> None:
         if self.graph.get_state(self._config(thread_id)).metadata is not None:
@@ -229,37 +237,47 @@ class Agent:
             ThreadBusyError: another live runner holds the thread.
         """
         with self._lease(thread_id):
-            self.ledger.recover_in_flight(thread_id=thread_id)
-            _check_answers_shape(decisions, verdicts)
-            stop = self._stops.pop(thread_id, None)
-            if stop is not None and stop.head == self._head(thread_id):
-                # Nothing moved since this agent's last run stopped at these
-                # interrupts: answer them without reloading the whole state.
-                _refuse_unasked(thread_id, stop.interrupts, decisions, verdicts)
-                resume = self._resume_map(stop.interrupts, decisions, verdicts)
-                if resume is None:
-                    self._stops[thread_id] = stop
-                    return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
-                return self._run(thread_id, Command(resume=resume))
-            snapshot = self.graph.get_state(self._config(thread_id))
-            if snapshot.metadata is None:
-                record = self.ledger.get_thread(thread_id)
-                if record is None:
-                    raise ConfigError(f"unknown thread {thread_id!r}")
-                _refuse_unasked(thread_id, [], decisions, verdicts)
-                task = str(record.input.get("task", ""))
-                return self._run(thread_id, {"messages": [HumanMessage(task)]})
-            self._check_nodes(thread_id, snapshot)
-            pending = self._interrupts(snapshot)
-            _refuse_unasked(thread_id, pending, decisions, verdicts)
-            if pending:
-                resume = self._resume_map(pending, decisions, verdicts)
-                if resume is None:
-                    return self.status(thread_id)
-                return self._run(thread_id, Command(resume=resume))
-            if snapshot.tasks:
-                return self._run(thread_id, None)
-            return self.status(thread_id)
+            return self._with_shared(self._resume(thread_id, decisions, verdicts))
+
+    def _resume(
+        self,
+        thread_id: str,
+        decisions: Mapping[str, Any] | None,
+        verdicts: Mapping[str, Verdict] | None,
+    ) -> RunResult:
+        # Runs under the thread's lease (``resume``).
+        self.ledger.recover_in_flight(thread_id=thread_id)
+        _check_answers_shape(decisions, verdicts)
+        stop = self._stops.pop(thread_id, None)
+        if stop is not None and stop.head == self._head(thread_id):
+            # Nothing moved since this agent's last run stopped at these
+            # interrupts: answer them without reloading the whole state.
+            _refuse_unasked(thread_id, stop.interrupts, decisions, verdicts)
+            resume = self._resume_map(stop.interrupts, decisions, verdicts)
+            if resume is None:
+                self._stops[thread_id] = stop
+                return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
+            return self._run(thread_id, Command(resume=resume))
+        snapshot = self.graph.get_state(self._config(thread_id))
+        self._used[thread_id] = _operation_ids(snapshot.values.get("messages", []))
+        if snapshot.metadata is None:
+            record = self.ledger.get_thread(thread_id)
+            if record is None:
+                raise ConfigError(f"unknown thread {thread_id!r}")
+            _refuse_unasked(thread_id, [], decisions, verdicts)
+            task = str(record.input.get("task", ""))
+            return self._run(thread_id, {"messages": [HumanMessage(task)]})
+        self._check_nodes(thread_id, snapshot)
+        pending = self._interrupts(snapshot)
+        _refuse_unasked(thread_id, pending, decisions, verdicts)
+        if pending:
+            resume = self._resume_map(pending, decisions, verdicts)
+            if resume is None:
+                return self._status(thread_id)
+            return self._run(thread_id, Command(resume=resume))
+        if snapshot.tasks:
+            return self._run(thread_id, None)
+        return self._status(thread_id)
 
     def replay(self, thread_id: str, checkpoint_id: str) -> RunResult:
         """Re-run a thread from one of its checkpoints (LangGraph time travel).
@@ -271,7 +289,7 @@ class Agent:
         with self._lease(thread_id):
             config = self._config(thread_id)
             config["configurable"]["checkpoint_id"] = checkpoint_id
-            return self._run(thread_id, None, config=config)
+            return self._with_shared(self._run(thread_id, None, config=config))
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""
@@ -283,7 +301,11 @@ class Agent:
 
     def status(self, thread_id: str) -> RunResult:
         """Read where a thread stands, without running anything."""
+        return self._with_shared(self._status(thread_id))
+
+    def _status(self, thread_id: str) -> RunResult:
         snapshot = self.graph.get_state(self._config(thread_id))
+        self._used[thread_id] = _operation_ids(snapshot.values.get("messages", []))
         ops = self.ledger.list(thread_id=thread_id)
         if snapshot.metadata is None:
             return RunResult(thread_id=thread_id, status=RunStatus.NOT_STARTED, operations=ops)
@@ -319,6 +341,20 @@ class Agent:
         return list(snapshot.values.get("messages", []))
 
     # -------------------------------------------------------------- internals
+
+    def _with_shared(self, result: RunResult) -> RunResult:
+        """``result`` with the other threads' operations this thread met (``shared_operations``)."""
+        named = self._used.get(result.thread_id, frozenset())
+        own = {op.operation_id for op in result.operations}
+        shared = []
+        for op_id in sorted(named - own):
+            op = self.ledger.get(op_id)
+            if op is not None and op.thread_id != result.thread_id:
+                shared.append(op)
+        if not shared:
+            return result
+        shared.sort(key=lambda op: (op.created_at, op.operation_id))
+        return replace(result, shared_operations=shared)
 
     def _config(self, thread_id: str) -> RunnableConfig:
         return {"configurable": {"thread_id": thread_id}, "recursion_limit": self.recursion_limit}
@@ -492,6 +528,8 @@ class Agent:
         finally:
             self._control = None
             self._stop_reason = None  # a stop applies to the run it was asked for
+            if seen.operation_ids:
+                self._used[thread_id] = self._used.get(thread_id, frozenset()) | seen.operation_ids
         if error is None and config is None and (seen.interrupts or seen.final is not None):
             # The stream already told us how the run ended: skip reloading the
             # whole checkpoint (O(history)) just to read it back (benchmarks,
@@ -500,7 +538,7 @@ class Agent:
             if head is not None:
                 self._stops[thread_id] = _Stop(head=head, interrupts=seen.interrupts)
             return seen.result(thread_id, self.ledger.list(thread_id=thread_id))
-        result = self.status(thread_id)
+        result = self._status(thread_id)
         if error is not None:
             return RunResult(
                 thread_id=result.thread_id,
@@ -511,6 +549,23 @@ class Agent:
                 error=error,
             )
         return result
+
+
+def _operation_ids(messages: Sequence[Any]) -> frozenset[str]:
+    """Operation ids named in tool messages (effect results, rejections carry one)."""
+    ids: set[str] = set()
+    for msg in messages:
+        if not isinstance(msg, ToolMessage) or not isinstance(msg.content, str):
+            continue
+        if '"operation_id"' not in msg.content:
+            continue
+        try:
+            payload = json.loads(msg.content)
+        except ValueError:
+            continue
+        if isinstance(payload, dict) and isinstance(payload.get("operation_id"), str):
+            ids.add(payload["operation_id"])
+    return frozenset(ids)
 
 
 def _waiting_result(
@@ -615,12 +670,19 @@ class _Seen:
     def __init__(self) -> None:
         self.interrupts: list[PendingInterrupt] = []
         self.final: str | None = None
+        self.operation_ids: frozenset[str] = frozenset()
+        """Operation ids named by the tool messages the run wrote."""
 
     def add(self, chunk: Mapping[str, Any]) -> None:
         for node, update in chunk.items():
             if node == "__interrupt__":
                 self.interrupts += [PendingInterrupt(id=i.id, value=i.value) for i in update]
-            elif node == "agent" and isinstance(update, Mapping):
+                continue
+            if node != "agent" and isinstance(update, Mapping):
+                named = _operation_ids(update.get("messages") or [])
+                if named:
+                    self.operation_ids |= named
+            if node == "agent" and isinstance(update, Mapping):
                 messages = update.get("messages") or []
                 last = messages[-1] if messages else None
                 if isinstance(last, AIMessage):
