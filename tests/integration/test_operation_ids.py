@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.graph import Agent, RunStatus
-from effectgate.ledger import OpState
+from effectgate.ledger import Approval, OpenRequest, OpState
 from effectgate.models import ScriptedChatModel, load_script
 from effectgate.testing.oracle import checkpoint_problems
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
@@ -211,3 +211,49 @@ def test_colliding_thread_scoped_ids_get_distinct_operations(
         for thread in ("x", "x:y"):
             assert agent.resume(thread).status is RunStatus.DONE
     assert len(effects.read_text(encoding="utf-8").splitlines()) == 2
+
+
+def test_a_reject_in_one_thread_leaves_another_threads_approved_key_alone(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """Monday approved the ticket (recorded, not yet run); Tuesday's reviewer says no to
+    Tuesday's call with the same key. That "no" answers Tuesday's call only: Monday's
+    approved ticket still runs, once."""
+    with incident_agent(state_dir, services) as agent:
+        monday = agent.start(TASK, thread_id="monday")
+        (req,) = actions(monday)
+        # Monday's approval is in the ledger; its effect has not run (a crash right
+        # after the review was recorded leaves exactly this).
+        agent.ledger.record_review(
+            [
+                OpenRequest(
+                    operation_id=req["operation_id"],
+                    thread_id="monday",
+                    tool_call_id=req["tool_call_id"],
+                    tool="create_ticket",
+                    tool_version="1",
+                    args=req["args"],
+                    intent_hash=req["intent_hash"],
+                )
+            ],
+            [
+                Approval(
+                    operation_id=req["operation_id"],
+                    thread_id="monday",
+                    tool_call_id=req["tool_call_id"],
+                    decision="approve",
+                    intent_hash=req["intent_hash"],
+                    reviewer="monday-reviewer",
+                    decided_at=agent.ledger.clock.now(),
+                )
+            ],
+        )
+        tuesday = agent.start(TASK, thread_id="tuesday")
+        assert [a["operation_id"] for a in actions(tuesday)] == [KEY]  # shared: APPROVED
+        agent.resume("tuesday", decisions=REJECT)
+        op = agent.ledger.get(KEY)
+        assert op is not None and op.state is OpState.APPROVED
+        agent.resume("monday", decisions=APPROVE)
+        op = agent.ledger.get(KEY)
+        assert op is not None and op.state is OpState.SUCCEEDED
+    assert ticket_keys(state_dir) == [KEY]

@@ -509,6 +509,12 @@ def _unrunnable_answer(p: Prepared, d: _Decided | None) -> ToolMessage | None:
     return None
 
 
+def _opened_elsewhere(ledger: Ledger, op_id: str, thread_id: str, tool_call_id: str) -> bool:
+    """Whether ``op_id`` exists and was opened by another call (a shared business key)."""
+    op = ledger.get(op_id)
+    return op is not None and (op.thread_id, op.tool_call_id) != (thread_id, tool_call_id)
+
+
 def _record_and_route(
     prepared: Sequence[Prepared],
     by_id: Mapping[str, _Decided],
@@ -529,7 +535,19 @@ def _record_and_route(
         if answer is not None or d is None:
             messages += [answer] if answer is not None else []
             continue
-        if not p.settled:  # a settled operation has nothing left to approve
+        if d.kind == "reject" and _opened_elsewhere(ledger, d.operation_id, thread_id, p.call.id):
+            # A business-keyed operation another call opened (and may have had
+            # approved): this "no" answers this call only. Rejecting the shared
+            # operation would cancel the other thread's approved action.
+            ledger.note(
+                d.operation_id,
+                {
+                    "rejected_call": {"thread_id": thread_id, "tool_call_id": p.call.id},
+                    "reviewer": reviewer,
+                    "left_unchanged": True,
+                },
+            )
+        elif not p.settled:  # a settled operation has nothing left to approve
             rows.append(
                 _ledger_rows(p, d, thread_id=thread_id, reviewer=reviewer, policy=policy, now=now)
             )
