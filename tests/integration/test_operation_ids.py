@@ -10,11 +10,12 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from pydantic import BaseModel
+from tests.integration._approvals import record_approval
 
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.graph import Agent, RunStatus
-from effectgate.ledger import Approval, OpenRequest, OpState
+from effectgate.ledger import OpState
 from effectgate.models import ScriptedChatModel, load_script
 from effectgate.testing.oracle import checkpoint_problems
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
@@ -224,29 +225,8 @@ def test_a_reject_in_one_thread_leaves_another_threads_approved_key_alone(
         (req,) = actions(monday)
         # Monday's approval is in the ledger; its effect has not run (a crash right
         # after the review was recorded leaves exactly this).
-        agent.ledger.record_review(
-            [
-                OpenRequest(
-                    operation_id=req["operation_id"],
-                    thread_id="monday",
-                    tool_call_id=req["tool_call_id"],
-                    tool="create_ticket",
-                    tool_version="1",
-                    args=req["args"],
-                    intent_hash=req["intent_hash"],
-                )
-            ],
-            [
-                Approval(
-                    operation_id=req["operation_id"],
-                    thread_id="monday",
-                    tool_call_id=req["tool_call_id"],
-                    decision="approve",
-                    intent_hash=req["intent_hash"],
-                    reviewer="monday-reviewer",
-                    decided_at=agent.ledger.clock.now(),
-                )
-            ],
+        record_approval(
+            agent.ledger, req, thread_id="monday", tool="create_ticket", reviewer="monday-reviewer"
         )
         tuesday = agent.start(TASK, thread_id="tuesday")
         assert [a["operation_id"] for a in actions(tuesday)] == [KEY]  # shared: APPROVED

@@ -17,11 +17,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import BaseModel
+from tests.integration._approvals import record_approval
 
 from effectgate._app import StateDir, open_agent
 from effectgate.graph import Agent, Policy, RunResult, RunStatus, history_problems
 from effectgate.graph._nodes import make_agent_node
-from effectgate.ledger import Approval, OpenRequest, OpState
+from effectgate.ledger import OpState
 from effectgate.models import ScriptedChatModel, make_model
 from effectgate.testing.openai_server import FakeOpenAIServer, chat_reply
 from effectgate.testing.oracle import checkpoint_problems
@@ -279,30 +280,7 @@ def test_an_approved_same_intent_call_in_another_thread_is_a_possible_duplicate(
         (req,) = first.interrupts[0].value["action_requests"]
         # Record thread a's approval only (its effect has not run yet): APPROVED.
         approval = {"decisions": [{"type": "approve"}], "reviewer": "t"}
-        agent.ledger.record_review(
-            [
-                OpenRequest(
-                    operation_id=req["operation_id"],
-                    thread_id="a",
-                    tool_call_id=req["tool_call_id"],
-                    tool="send_email",
-                    tool_version="1",
-                    args=req["args"],
-                    intent_hash=req["intent_hash"],
-                )
-            ],
-            [
-                Approval(
-                    operation_id=req["operation_id"],
-                    thread_id="a",
-                    tool_call_id=req["tool_call_id"],
-                    decision="approve",
-                    intent_hash=req["intent_hash"],
-                    reviewer="t",
-                    decided_at=agent.ledger.clock.now(),
-                )
-            ],
-        )
+        record_approval(agent.ledger, req, thread_id="a", tool="send_email", reviewer="t")
         assert agent.ledger.get(req["operation_id"]).state is OpState.APPROVED  # type: ignore[union-attr]
         second = agent.start("mail alice", thread_id="b")
         (dup,) = second.interrupts[0].value["action_requests"]

@@ -70,9 +70,14 @@ class Prepared:
     """The operation already ended with these arguments; dispatch only reads it back."""
 
 
+def _opened_by(op: Operation, thread_id: str, tool_call_id: str) -> bool:
+    """Whether ``op`` was opened by this very call (thread and tool-call id)."""
+    return (op.thread_id, op.tool_call_id) == (thread_id, tool_call_id)
+
+
 def _belongs(op: Operation, *, keyed: bool, thread_id: str, tool_call_id: str) -> bool:
     """Whether an existing operation under a candidate id is this call's to use."""
-    own = (op.thread_id, op.tool_call_id) == (thread_id, tool_call_id)
+    own = _opened_by(op, thread_id, tool_call_id)
     if not keyed:
         # ``{thread_id}:{tool_call_id}`` is ambiguous when the ids contain
         # ':' (thread ``x`` + call ``y:c`` and thread ``x:y`` + call ``c``):
@@ -512,7 +517,7 @@ def _unrunnable_answer(p: Prepared, d: _Decided | None) -> ToolMessage | None:
 def _opened_elsewhere(ledger: Ledger, op_id: str, thread_id: str, tool_call_id: str) -> bool:
     """Whether ``op_id`` exists and was opened by another call (a shared business key)."""
     op = ledger.get(op_id)
-    return op is not None and (op.thread_id, op.tool_call_id) != (thread_id, tool_call_id)
+    return op is not None and not _opened_by(op, thread_id, tool_call_id)
 
 
 def _record_and_route(
