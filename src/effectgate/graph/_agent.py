@@ -162,9 +162,9 @@ class Agent:
             ledger, lease_ttl_s, self.request_stop, name=f"effectgate-lease-keeper {self.worker}"
         )
         self._stops: Recent[str, _Stop] = Recent(1024)
+        """Where this agent's last runs stopped at interrupts, by thread (see ``_head``)."""
         self._used: Recent[str, frozenset[str]] = Recent(1024)
         """Per thread: operation ids its tool messages named, as far as this agent saw."""
-        """Where this agent's last runs stopped at interrupts, by thread (see ``_head``)."""
 
     # ---------------------------------------------------------------- running
 
