@@ -36,6 +36,7 @@ from effectgate._process import owner_is_gone
 from effectgate._verdicts import Verdict, apply_verdict, validate_verdict
 from effectgate.errors import (
     ClaimLostError,
+    DecisionError,
     IntentConflictError,
     NotAccepted,
     OperationBusyError,
@@ -652,10 +653,43 @@ class Dispatcher:
     def apply_verdict(self, operation_id: str, verdict: Verdict) -> Operation:
         """Apply a human's reconciliation verdict; see ``effectgate._verdicts.apply_verdict``.
 
+        A ``failed`` verdict ("it did not take effect") on a tool with a
+        lookup is checked against the lookup first: evidence may have arrived
+        since the operation was parked (a stopped worker's mail that landed
+        late). Recording "not applied" for an effect the lookup finds would
+        invite the model to do it again.
+
         Raises:
-            DecisionError: ``retry`` with no attempts left, or an unknown operation.
+            DecisionError: ``retry`` with no attempts left, an unknown
+                operation, or ``failed`` for an effect the lookup now finds.
         """
+        if verdict.get("verdict") == "failed":
+            self._refuse_if_found(operation_id)
         return apply_verdict(self.ledger, operation_id, verdict, now=self.clock.now())
+
+    def _refuse_if_found(self, operation_id: str) -> None:
+        op = self.ledger.get(operation_id)
+        spec = self.tools.get(op.tool) if op is not None else None
+        if op is None or spec is None or spec.reconciler is None:
+            return
+        call = EffectCall(
+            thread_id=op.thread_id,
+            tool_call_id=op.tool_call_id,
+            tool=op.tool,
+            args=dict(op.args),
+            operation_id=op.operation_id,
+            intent_hash=op.intent_hash,
+        )
+        try:
+            args = spec.normalize(dict(op.args), tool_call_id=op.tool_call_id)
+        except ToolCallError:
+            return
+        lookup = self._lookup(spec, args, call, op)
+        if lookup.status == "found":
+            raise DecisionError(
+                f"verdict 'failed' refused for {operation_id!r}: the lookup now finds the "
+                f"effect ({lookup.detail or 'found'}); it took effect, answer 'succeeded'"
+            )
 
 
 def _jsonable(value: Any) -> Any:

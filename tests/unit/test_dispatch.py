@@ -380,3 +380,26 @@ def test_not_found_is_final_only_once_the_attempts_worker_is_gone(
     assert script.seen == attempts
     if expected_state is OpState.NEEDS_RECONCILIATION:
         assert "not proven gone" in out.message
+
+
+def test_a_failed_verdict_is_refused_when_the_lookup_now_finds_the_effect(
+    ledger: SqliteLedger, clock: FakeClock
+) -> None:
+    """Parked with "not found"; the late effect lands; a human says "failed": refused,
+    and the next dispatch settles it from the lookup (no second attempt)."""
+    script = Script(
+        calls=[raises(OutcomeUnknown("t/o"))],
+        lookups=[
+            Lookup.unavailable("503"),  # parks it
+            Lookup.found({"id": 7}, "7", "late"),  # the verdict's check
+            Lookup.found({"id": 7}, "7", "late"),  # the next dispatch's recheck
+        ],
+    )
+    d, call = make(ledger, clock, script, kind=EffectKind.KEYED, reconciler=True)
+    assert d.dispatch(call).status is DispatchStatus.NEEDS_RECONCILIATION
+    with pytest.raises(DecisionError, match="the lookup now finds the effect"):
+        d.apply_verdict("op1", {"verdict": "failed", "attempt": 1})
+    op = ledger.get("op1")
+    assert op is not None and op.state is OpState.NEEDS_RECONCILIATION
+    out = d.dispatch(call)
+    assert out.status is DispatchStatus.SUCCEEDED and script.seen == [1]
