@@ -104,7 +104,7 @@ class ThreadsMixin:
 
         Args:
             thread_id: the thread.
-            owner: who runs it (e.g. ``host:pid:uuid``).
+            owner: who runs it (e.g. a worker id, ``effectgate._process.new_worker_id``).
             ttl: how long the lease holds unless renewed; ``timedelta`` or float seconds.
             take_over_from: an owner the caller has proven dead (e.g. its process
                 is gone); its unexpired lease is taken over, compare-and-set on
