@@ -262,3 +262,31 @@ def test_reconcile_of_a_settled_operation_with_another_reference_is_refused(
         settled = ledger.get("t1:c1")
     assert settled is not None and settled.receipt is not None
     assert settled.receipt.reference == "ref-t1:c1"
+
+
+def test_reconcile_failed_is_refused_when_the_lookup_finds_the_mail(tmp_path: Path) -> None:
+    """A mail parked as unknown (its lookup was down) that did arrive: ``reconcile
+    --failed`` looks first and refuses (exit 2); the operation stays parked."""
+    from effectgate._app import StateDir, open_agent
+    from effectgate.demo import DemoServices
+    from effectgate.ledger import OpState
+
+    sd = StateDir.open(tmp_path / "state")
+    approve = {"decisions": [{"type": "approve"}]}
+    with DemoServices(sd.services) as svc, open_agent(sd, endpoints=svc.endpoints) as agent:
+        svc.set_error_rate("orders", 0.12)
+        agent.start("Check the order service and handle any incident.", thread_id="p1")
+        result = agent.resume("p1", decisions=approve)
+        svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
+        n = len(result.interrupts[0].value["action_requests"])
+        result = agent.resume("p1", decisions={"decisions": approve["decisions"] * n})
+        (mail,) = [op for op in result.operations if op.tool == "send_email"]
+        assert mail.state is OpState.NEEDS_RECONCILIATION
+        svc.set_fault("mail", "normal")  # the lookup is back; the mail had arrived
+        assert len(svc.mails()) == 1
+    ran = eg("reconcile", mail.operation_id, "--failed", "--state-dir", str(sd.root))
+    assert ran.code == 2, ran.stderr
+    assert "the lookup now finds the effect" in " ".join(ran.stderr.split())
+    with SqliteLedger(sd.ledger) as ledger:
+        still = ledger.get(mail.operation_id)
+    assert still is not None and still.state is OpState.NEEDS_RECONCILIATION

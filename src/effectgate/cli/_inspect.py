@@ -313,7 +313,10 @@ def reconcile(
                 }
             )
             worker = f"cli-reconcile:{os.getpid()}"
-            op = Dispatcher(ledger, {}, worker=worker).apply_verdict(operation_id, verdict)
+            with contextlib.ExitStack() as stack:
+                tools = {} if succeeded is not None else _lookup_tools(sd, op.tool, stack, output)
+                dispatcher = Dispatcher(ledger, tools, worker=worker)
+                op = dispatcher.apply_verdict(operation_id, verdict)
     if output.json_mode:
         output.emit_json({"operation": operation_json(op)})
     else:
@@ -321,6 +324,32 @@ def reconcile(
         resume = command_hint(state_dir, "resume", "--thread", op.thread_id)
         output.out.print(escape(f"continue the thread with: {resume}"))
     return 0
+
+
+_SERVICE_TOOLS = frozenset({"create_ticket", "send_email"})
+"""Built-in tools whose lookups ask the demo services."""
+
+
+def _lookup_tools(
+    sd: Any, tool: str, stack: contextlib.ExitStack[Any], output: Output
+) -> dict[str, Any]:
+    """The built-in tools, to check a "failed" verdict against the tool's lookup.
+
+    The ticket and mail lookups need the demo services: they are started for
+    the check (``stack`` stops them). A tool this command does not have (a
+    library's own) cannot be looked up: the verdict is applied unchecked, and
+    a note says so.
+    """
+    from effectgate._app import default_tools
+    from effectgate.demo import DemoServices
+
+    endpoints = None
+    if tool in _SERVICE_TOOLS:
+        endpoints = stack.enter_context(DemoServices(sd.services)).endpoints
+    tools = {t.name: t for t in default_tools(sd.workspace, endpoints)}
+    if tool not in tools or tools[tool].reconciler is None:
+        output.note(f"{tool} has no lookup here: the verdict is recorded without a check")
+    return tools
 
 
 def serve_services(state_dir: Path, output: Output, *, error_rate: float | None) -> int:
