@@ -237,3 +237,27 @@ def test_a_reject_in_one_thread_leaves_another_threads_approved_key_alone(
         op = agent.ledger.get(KEY)
         assert op is not None and op.state is OpState.SUCCEEDED
     assert ticket_keys(state_dir) == [KEY]
+
+
+def test_an_approval_binds_to_the_operation_id_shown(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """Tuesday and Wednesday are both shown ``#2``; Tuesday's reviewer rejects it, so
+    Wednesday's call now maps to ``#3``: Wednesday's approval of ``#2`` is refused and
+    the review asked again, showing ``#3``; approving that creates the one ticket."""
+    with incident_agent(state_dir, services) as agent:
+        agent.start(TASK, thread_id="monday")
+        agent.resume("monday", decisions=REJECT)
+        tuesday = agent.start(TASK, thread_id="tuesday")
+        wednesday = agent.start(TASK, thread_id="wednesday")
+        assert [a["operation_id"] for a in actions(tuesday)] == [f"{KEY}#2"]
+        assert [a["operation_id"] for a in actions(wednesday)] == [f"{KEY}#2"]
+        agent.resume("tuesday", decisions=REJECT)
+        asked_again = agent.resume("wednesday", decisions=APPROVE)
+        assert asked_again.status is RunStatus.WAITING_REVIEW
+        (pending,) = asked_again.interrupts
+        assert "operation ids changed since they were shown" in pending.value["error"]
+        assert [a["operation_id"] for a in actions(asked_again)] == [f"{KEY}#3"]
+        assert ticket_keys(state_dir) == []
+        agent.resume("wednesday", decisions=APPROVE)
+    assert ticket_keys(state_dir) == [f"{KEY}#3"]

@@ -89,8 +89,10 @@ class RunResult:
     """Why the run stopped early (model error, drain); the thread stays resumable."""
     shared_operations: list[Operation] = field(default_factory=list)
     """Operations another thread opened that this thread's calls met through a
-    business key (a ticket reused, a key in flight elsewhere), as far as this
-    agent has seen the thread's messages: not in ``operations``."""
+    business key (a ticket reused, a key parked for reconciliation), as far as
+    this agent has seen the thread's messages and interrupts: not in
+    ``operations``. A key still in flight under another thread's live worker
+    is named by the ``OperationBusyError`` in ``error`` instead."""
 
 
 EventHook = Callable[[Mapping[str, Any]], None]
@@ -344,7 +346,11 @@ class Agent:
 
     def _with_shared(self, result: RunResult) -> RunResult:
         """``result`` with the other threads' operations this thread met (``shared_operations``)."""
-        named = self._used.get(result.thread_id, frozenset())
+        named = self._used.get(result.thread_id, frozenset()) | {
+            str(item.value.get("operation_id"))
+            for item in result.interrupts
+            if item.kind == "reconciliation"  # it may be another thread's keyed operation
+        }
         own = {op.operation_id for op in result.operations}
         shared = []
         for op_id in sorted(named - own):
@@ -450,9 +456,11 @@ class Agent:
         check_review_answer(item.value, decisions)
         # Bind the answer to what was shown: the node refuses it if the calls
         # it rebuilds on resume hash differently (e.g. a new tool version).
-        shown = [a["intent_hash"] for a in item.value.get("action_requests", [])]
+        actions = item.value.get("action_requests", [])
+        shown = [a["intent_hash"] for a in actions]
+        shown_ids = [a["operation_id"] for a in actions]
         answer = {k: v for k, v in decisions.items() if k != "interrupt_id"}
-        return {**answer, "shown": shown}
+        return {**answer, "shown": shown, "shown_operations": shown_ids}
 
     def _verdict_answer(
         self, item: PendingInterrupt, verdicts: Mapping[str, Verdict] | None

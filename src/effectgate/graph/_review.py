@@ -340,8 +340,9 @@ def parse_decisions(
 
     Args:
         answer: the resume value: ``{"decisions": [...], "reviewer": str?,
-            "shown": [intent_hash, ...]?}``; ``shown`` (filled in by ``Agent``)
-            lists the intent hashes the reviewer saw, in order.
+            "shown": [intent_hash, ...]?, "shown_operations": [operation_id, ...]?}``;
+            ``shown`` and ``shown_operations`` (filled in by ``Agent``) list
+            the intent hashes and operation ids the reviewer saw, in order.
         asked: the calls in the interrupt, in order.
         thread_id: the thread.
         ledger: read to check edited arguments against existing operations.
@@ -352,7 +353,8 @@ def parse_decisions(
     Raises:
         DecisionError: wrong shape, wrong count, a decision not allowed for its
             call, a call named out of order, edited args the schema refuses, or
-            ``shown`` hashes that differ from the calls as they are now.
+            ``shown`` hashes or operation ids that differ from the calls as
+            they are now.
     """
     if not isinstance(answer, Mapping) or not isinstance(answer.get("decisions"), list):
         raise DecisionError(
@@ -376,6 +378,15 @@ def parse_decisions(
         raise DecisionError(
             "the pending calls changed since they were shown (tool version or arguments); "
             "review them again"
+        )
+    shown_ids = answer.get("shown_operations")
+    if shown_ids is not None and list(shown_ids) != [p.request["operation_id"] for p in asked]:
+        # Same intent, another operation: a key shown as ``#2`` that another
+        # thread's reviewer rejected meanwhile is now ``#3``; the reviewer
+        # approved the operation shown, so ask again about this one.
+        raise DecisionError(
+            "the operation ids changed since they were shown (another thread decided on "
+            "the same key meanwhile); review them again"
         )
     return [
         _decide_one(p, d, thread_id=thread_id, ledger=ledger)
