@@ -52,6 +52,7 @@ PUBLIC = {
         "OutcomeUnknown",
         "Rejected",
         "SchemaVersionError",
+        "ServiceStartError",
         "ThreadBusyError",
         "ToolCallError",
         "ToolError",

@@ -53,6 +53,7 @@ __all__ = [
     "OutcomeUnknown",
     "Rejected",
     "SchemaVersionError",
+    "ServiceStartError",
     "ThreadBusyError",
     "ToolCallError",
     "ToolError",
@@ -196,6 +197,10 @@ class OperationBusyError(EffectgateError):
             _rebuild_kw,
             (type(self), {"message": str(self), "operation_id": self.operation_id}),
         )
+
+
+class ServiceStartError(EffectgateError, RuntimeError):
+    """A demo service (ticket service, mail sink) did not start: it exited or never got ready."""
 
 
 class IntentConflictError(EffectgateError):

@@ -247,3 +247,22 @@ def test_damaged_checkpoint_file_is_a_clear_error_and_the_ledger_still_reads(
     assert listed.code == 0, listed.stderr
     done = {(op["tool"], op["state"]) for op in listed.json["operations"]}
     assert {("create_ticket", "SUCCEEDED"), ("send_email", "SUCCEEDED")} <= done
+
+
+def test_a_demo_service_that_cannot_start_is_a_clear_error_with_json(tmp_path: Path) -> None:
+    """The mail sink's database held by another program: exit 1, one JSON error object."""
+    state = tmp_path / "state"
+    assert eg("demo", "--state-dir", str(state), "--thread", "r1").code == 4
+    holder = sqlite3.connect(state / "services" / "mail.sqlite3", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        ran = eg(
+            "resume", "--state-dir", str(state), "--thread", "r1", "--approve", "all", "--json"
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert ran.code == 1, ran.stderr
+    assert ran.json["error_type"] == "ServiceStartError"
+    assert "mail server exited" in ran.json["error"]
+    assert "Traceback" not in ran.stderr

@@ -35,6 +35,7 @@ from typing import IO, Any, Literal
 import httpx
 
 from effectgate.demo._faults import bind_address, write_ready_file
+from effectgate.errors import ServiceStartError
 
 __all__ = ["DemoServices", "ServiceEndpoints", "read_mails", "read_tickets"]
 
@@ -328,12 +329,12 @@ class DemoServices:
                 if ready.get("pid") == process.pid:
                     return ready
             if process.poll() is not None:
-                raise RuntimeError(
+                raise ServiceStartError(
                     f"{service} server exited with status {process.returncode} before it was "
                     f"ready; see {self.data_dir / (service + '.log')}"
                 )
             time.sleep(_POLL_S)
-        raise RuntimeError(f"{service} server not ready within {self.startup_timeout} s")
+        raise ServiceStartError(f"{service} server not ready within {self.startup_timeout} s")
 
     def _publish(self) -> ServiceEndpoints:
         tickets, mail = self._running["tickets"].ready, self._running["mail"].ready
