@@ -26,6 +26,7 @@ __all__ = [
     "pending_calls",
     "rejection_message",
     "with_call_ids",
+    "with_unique_call_ids",
 ]
 
 
@@ -112,16 +113,91 @@ def with_call_ids(message: AIMessage, *, salt: str) -> AIMessage:
         {**tc, "id": tc.get("id") or make_id(len(calls) + i, tc.get("name"), tc.get("args"))}
         for i, tc in enumerate(invalid)
     ]
+    return _with_calls(message, fixed, fixed_invalid)
+
+
+def with_unique_call_ids(message: AIMessage, earlier: Sequence[AnyMessage]) -> AIMessage:
+    """Give every call whose id ``earlier`` (or the message itself) already holds a fresh id.
+
+    Some OpenAI-compatible servers number calls per message (``call_0``,
+    ``functions.send_email:0`` in every response). The default operation id
+    is ``{thread_id}:{tool_call_id}``, so a reused id would alias a new
+    action onto a finished operation (replayed as "succeeded", never sent,
+    never reviewed) or onto one bound to other arguments (a conflict nobody
+    can approve); a repeat within one message would be answered twice,
+    against DESIGN §8 invariant 6. The first use of an id keeps it; a later
+    one becomes ``{id}~{n}`` with the smallest free ``n >= 2``, so fresh ids
+    (the usual OpenAI ``call_...``) never change.
+
+    Deterministic in ``earlier`` and ``message``: a replay that re-runs the
+    model on the same history renames alike, and a message already in the
+    state is never renamed again (nothing re-runs the node that wrote it).
+
+    Args:
+        message: the model's new message, every call with an id (``with_call_ids``).
+        earlier: the thread's messages before it.
+
+    Returns:
+        ``message`` itself if no id repeats, else a copy (same message id) with
+        ``tool_calls`` and ``invalid_tool_calls`` renamed, and, as
+        ``with_call_ids`` does, without the provider's raw copy of the calls.
+    """
+    calls = [*message.tool_calls, *message.invalid_tool_calls]
+    old = [tc.get("id") for tc in calls]
+    ids = _fresh_ids(old, _thread_call_ids(earlier))
+    if ids == old:
+        return message
+    n = len(message.tool_calls)
+    return _with_calls(
+        message,
+        [{**tc, "id": i} for tc, i in zip(message.tool_calls, ids[:n], strict=True)],
+        [{**tc, "id": i} for tc, i in zip(message.invalid_tool_calls, ids[n:], strict=True)],
+    )
+
+
+def _with_calls(message: AIMessage, calls: list[Any], invalid: list[Any]) -> AIMessage:
     return message.model_copy(
         update={
-            "tool_calls": fixed,
-            "invalid_tool_calls": fixed_invalid,
-            # Drop the provider's raw copy so the fixed calls are what is sent back.
+            "tool_calls": calls,
+            "invalid_tool_calls": invalid,
+            # Drop the provider's raw copy so the fixed calls are what is sent back
+            # (langchain-openai sends ``tool_calls`` whenever they are present).
             "additional_kwargs": {
                 k: v for k, v in message.additional_kwargs.items() if k != "tool_calls"
             },
         }
     )
+
+
+def _thread_call_ids(messages: Sequence[AnyMessage]) -> set[str]:
+    """Every tool-call id already used in ``messages``: asked by an AIMessage or answered."""
+    used: set[str] = set()
+    for msg in messages:
+        if isinstance(msg, ToolMessage):
+            used.add(msg.tool_call_id)
+        elif isinstance(msg, AIMessage):
+            calls = [*msg.tool_calls, *msg.invalid_tool_calls]
+            used.update(str(tc["id"]) for tc in calls if tc.get("id"))
+    return used
+
+
+def _fresh_ids(ids: Sequence[str | None], used: set[str]) -> list[str | None]:
+    """Keep each id unless ``used`` or earlier in ``ids`` has it; then ``{id}~{n}``, n >= 2."""
+    taken = used | {i for i in ids if i}  # never hand out an id a later call carries
+    seen = set(used)
+    out: list[str | None] = []
+    for cid in ids:
+        new = cid
+        if cid and cid in seen:
+            n = 2
+            while f"{cid}~{n}" in taken:
+                n += 1
+            new = f"{cid}~{n}"
+            taken.add(new)
+        if new:
+            seen.add(new)
+        out.append(new)
+    return out
 
 
 def _content(payload: Mapping[str, Any]) -> str:

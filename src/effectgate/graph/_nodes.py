@@ -10,12 +10,12 @@ which reads the ledger first and repeats nothing the ledger knows started.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import interrupt
 
@@ -30,6 +30,7 @@ from effectgate.graph._messages import (
     error_message,
     pending_calls,
     with_call_ids,
+    with_unique_call_ids,
 )
 from effectgate.graph._policy import Policy
 from effectgate.graph._state import (
@@ -48,7 +49,6 @@ __all__ = [
     "make_effect_node",
     "make_tools_node",
     "malformed_reason",
-    "with_unique_call_ids",
 ]
 
 
@@ -80,117 +80,6 @@ def make_agent_node(
         return {"messages": [with_unique_call_ids(reply, history)]}
 
     return agent
-
-
-def _thread_call_ids(messages: Sequence[AnyMessage]) -> set[str]:
-    """Every tool-call id already used in ``messages``: asked by an AIMessage or answered."""
-    used: set[str] = set()
-    for msg in messages:
-        if isinstance(msg, ToolMessage):
-            used.add(msg.tool_call_id)
-        elif isinstance(msg, AIMessage):
-            calls = [*msg.tool_calls, *msg.invalid_tool_calls]
-            used.update(str(tc["id"]) for tc in calls if tc.get("id"))
-    return used
-
-
-def _fresh_ids(ids: Sequence[str | None], used: set[str]) -> list[str | None]:
-    """Keep each id unless ``used`` or earlier in ``ids`` has it; then ``{id}~{n}``, n >= 2."""
-    taken = used | {i for i in ids if i}  # never hand out an id a later call carries
-    seen = set(used)
-    out: list[str | None] = []
-    for cid in ids:
-        new = cid
-        if cid and cid in seen:
-            n = 2
-            while f"{cid}~{n}" in taken:
-                n += 1
-            new = f"{cid}~{n}"
-            taken.add(new)
-        if new:
-            seen.add(new)
-        out.append(new)
-    return out
-
-
-def _same_raw_call(entry: Mapping[str, Any], call: Mapping[str, Any]) -> bool:
-    """Whether a raw OpenAI tool call has the parsed call's name and arguments."""
-    fn = entry.get("function")
-    if not isinstance(fn, Mapping) or fn.get("name") != call.get("name"):
-        return False
-    if isinstance(call.get("args"), str):  # an invalid call keeps the raw text
-        return bool(fn.get("arguments") == call["args"])
-    try:
-        return bool(json.loads(fn.get("arguments") or "{}") == call.get("args"))
-    except (TypeError, ValueError):
-        return False
-
-
-def _renamed_raw(raw: Any, calls: Sequence[Mapping[str, Any]], ids: Sequence[str | None]) -> Any:
-    """The provider's raw calls with the new ids, or ``None`` if they do not line up."""
-    if not isinstance(raw, list) or len(raw) != len(calls):
-        return None
-    free = list(range(len(calls)))
-    out: list[Any] = []
-    for entry in raw:
-        if not isinstance(entry, Mapping):
-            return None
-        # OpenAI order interleaves valid and invalid calls; match by id, then by call.
-        same = [j for j in free if calls[j].get("id") == entry.get("id")]
-        if not same:
-            return None
-        j = next((j for j in same if _same_raw_call(entry, calls[j])), same[0])
-        free.remove(j)
-        out.append({**entry, "id": ids[j]})
-    return out
-
-
-def with_unique_call_ids(message: AIMessage, earlier: Sequence[AnyMessage]) -> AIMessage:
-    """Give every call whose id ``earlier`` (or the message itself) already holds a fresh id.
-
-    Some OpenAI-compatible servers number calls per message (``call_0``,
-    ``functions.send_email:0`` in every response). The default operation id
-    is ``{thread_id}:{tool_call_id}``, so a reused id would alias a new
-    action onto a finished operation (replayed as "succeeded", never sent, never
-    reviewed) or onto one bound to other arguments (a conflict nobody can
-    approve); a repeat within one message would be answered twice, against
-    DESIGN §8 invariant 6. The first use of an id keeps it; a later one
-    becomes ``{id}~{n}`` with the smallest free ``n >= 2``, so fresh ids (the
-    usual OpenAI ``call_...``) never change.
-
-    Deterministic in ``earlier`` and ``message``: a replay that re-runs the
-    model on the same history renames alike, and a message already in the
-    state is never renamed again (nothing re-runs the node that wrote it).
-
-    Args:
-        message: the model's new message, every call with an id (``with_call_ids``).
-        earlier: the thread's messages before it.
-
-    Returns:
-        ``message`` itself if no id repeats, else a copy (same message id) with
-        ``tool_calls``, ``invalid_tool_calls`` and the provider's raw
-        ``additional_kwargs["tool_calls"]`` renamed alike; a raw copy that does
-        not line up with the parsed calls is dropped, as ``with_call_ids`` does.
-    """
-    calls: list[Mapping[str, Any]] = [*message.tool_calls, *message.invalid_tool_calls]
-    old = [tc.get("id") for tc in calls]
-    ids = _fresh_ids(old, _thread_call_ids(earlier))
-    if ids == old:
-        return message
-    n = len(message.tool_calls)
-    extra = {k: v for k, v in message.additional_kwargs.items() if k != "tool_calls"}
-    raw = _renamed_raw(message.additional_kwargs.get("tool_calls"), calls, ids)
-    if raw is not None:
-        extra["tool_calls"] = raw
-    return message.model_copy(
-        update={
-            "tool_calls": [{**tc, "id": i} for tc, i in zip(message.tool_calls, ids, strict=False)],
-            "invalid_tool_calls": [
-                {**tc, "id": i} for tc, i in zip(message.invalid_tool_calls, ids[n:], strict=True)
-            ],
-            "additional_kwargs": extra,
-        }
-    )
 
 
 def malformed_reason(call: PendingCall, specs: Mapping[str, ToolSpec]) -> str | None:
