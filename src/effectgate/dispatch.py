@@ -426,11 +426,12 @@ class Dispatcher:
             next_attempt_at=next_attempt_at,
         )
 
-    def _context(self, call: EffectCall, op: Operation) -> ToolContext:
+    def _context(self, call: EffectCall | None, op: Operation) -> ToolContext:
+        # The call's thread (a shared keyed operation may be another thread's), else the op's.
         return ToolContext(
             operation_id=op.operation_id,
-            thread_id=call.thread_id,
-            tool_call_id=call.tool_call_id,
+            thread_id=op.thread_id if call is None else call.thread_id,
+            tool_call_id=op.tool_call_id if call is None else call.tool_call_id,
             attempt=op.attempt,
             deadline_at=op.budget.deadline_at,
         )
@@ -585,7 +586,7 @@ class Dispatcher:
             message="reconciled: the earlier attempt had taken effect",
         )
 
-    def _lookup(self, spec: ToolSpec, args: Any, call: EffectCall, op: Operation) -> Lookup:
+    def _lookup(self, spec: ToolSpec, args: Any, call: EffectCall | None, op: Operation) -> Lookup:
         assert spec.reconciler is not None
         try:
             return spec.reconciler(args, self._context(call, op))
@@ -672,19 +673,11 @@ class Dispatcher:
         spec = self.tools.get(op.tool) if op is not None else None
         if op is None or spec is None or spec.reconciler is None:
             return
-        call = EffectCall(
-            thread_id=op.thread_id,
-            tool_call_id=op.tool_call_id,
-            tool=op.tool,
-            args=dict(op.args),
-            operation_id=op.operation_id,
-            intent_hash=op.intent_hash,
-        )
         try:
             args = spec.normalize(dict(op.args), tool_call_id=op.tool_call_id)
         except ToolCallError:
             return
-        lookup = self._lookup(spec, args, call, op)
+        lookup = self._lookup(spec, args, None, op)
         if lookup.status == "found":
             raise DecisionError(
                 f"verdict 'failed' refused for {operation_id!r}: the lookup now finds the "
