@@ -38,7 +38,7 @@ from effectgate.graph._state import (
     ReviewRequest,
     effect_node_name,
 )
-from effectgate.ledger import Approval, Ledger, OpenRequest, Operation, OpState
+from effectgate.ledger import UNFINISHED, Approval, Ledger, OpenRequest, Operation, OpState
 from effectgate.tools import EffectKind, ToolSpec
 
 __all__ = [
@@ -90,7 +90,7 @@ def _belongs(op: Operation, *, keyed: bool, thread_id: str, tool_call_id: str) -
 
 def choose_operation_id(
     spec: ToolSpec, args: Any, *, ledger: Ledger, thread_id: str, tool_call_id: str
-) -> str:
+) -> tuple[str, Operation | None]:
     """Choose the operation id (the idempotency key) of one call, against the ledger.
 
     The base id is ``spec.operation_id_for(...)``: the tool's business key, or
@@ -122,7 +122,8 @@ def choose_operation_id(
         tool_call_id: the model's id of the call.
 
     Returns:
-        The base id or its first ``#n`` variant that is free or belongs to this call.
+        The base id or its first ``#n`` variant that is free or belongs to this
+        call, and the operation already under it (``None`` if free).
 
     Raises:
         LedgerCorruptError: an existing operation fails validation.
@@ -141,19 +142,10 @@ def choose_operation_id(
     ):
         n += 1
         candidate = f"{base}#{n}"
-    return candidate
+    return candidate, op
 
 
-_MAY_TAKE_EFFECT = frozenset(
-    {
-        OpState.SUCCEEDED,
-        OpState.APPROVED,
-        OpState.IN_FLIGHT,
-        OpState.UNKNOWN,
-        OpState.RETRY_WAIT,
-        OpState.NEEDS_RECONCILIATION,
-    }
-)
+_MAY_TAKE_EFFECT = (UNFINISHED - {OpState.PROPOSED}) | {OpState.SUCCEEDED}
 """States of an operation that took effect, or was approved and may still take it."""
 
 
@@ -174,11 +166,10 @@ def _prepare_one(
     call: PendingCall, spec: ToolSpec, *, ledger: Ledger, policy: Policy, thread_id: str
 ) -> Prepared:
     args = spec.normalize(call.args, tool_call_id=call.id)
-    op_id = choose_operation_id(
+    op_id, existing = choose_operation_id(
         spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=call.id
     )
     ihash = spec.intent_hash(args)
-    existing = ledger.get(op_id)
     conflict = None
     if existing is not None and existing.intent_hash != ihash:
         conflict = {
@@ -318,11 +309,10 @@ def _decide_edit(
         args = p.spec.normalize(edited["args"], tool_call_id=p.call.id)
     except ToolCallError as exc:
         raise DecisionError(f"edited arguments refused: {exc}") from exc
-    op_id = choose_operation_id(
+    op_id, existing = choose_operation_id(
         p.spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=p.call.id
     )
     ihash = p.spec.intent_hash(args)
-    existing = ledger.get(op_id)
     if existing is not None and existing.intent_hash != ihash:
         raise DecisionError(
             f"edited arguments map to operation {op_id!r}, which is bound to other arguments "
