@@ -39,6 +39,7 @@ from effectgate.errors import ConfigError, DecisionError
 if TYPE_CHECKING:
     from effectgate._app import StateDir
     from effectgate.ledger import Ledger, Operation
+    from effectgate.tools import ToolSpec
 
 __all__ = [
     "failpoint_names",
@@ -331,8 +332,8 @@ _SERVICE_TOOLS = frozenset({"create_ticket", "send_email"})
 
 
 def _lookup_tools(
-    sd: Any, tool: str, stack: contextlib.ExitStack[Any], output: Output
-) -> dict[str, Any]:
+    sd: StateDir, tool: str, stack: contextlib.ExitStack[Any], output: Output
+) -> dict[str, ToolSpec]:
     """The built-in tools, to check a "failed" verdict against the tool's lookup.
 
     The ticket and mail lookups need the demo services: they are started for

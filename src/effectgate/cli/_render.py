@@ -344,13 +344,7 @@ def print_summary(
         title = "ledger: operations of other threads this thread met by business key"
         console.print(operations_table(result.shared_operations, title=title))
     if not result.operations and not result.shared_operations:
-        # Operations are keyed by idempotency key, not by thread: a call whose
-        # key another thread already used reuses that operation and its result.
-        console.print(
-            "[dim]this thread has opened no operation in the ledger; a call whose "
-            "idempotency key another thread already used reuses that thread's "
-            "operation (`effectgate ledger list` shows every thread's)[/]"
-        )
+        console.print("[dim]no operation of this thread is in the ledger yet[/]")
     if external is not None:
         console.print(_external_table(external))
     if result.error:
