@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -202,6 +202,19 @@ class _DecodedRows:
 _CREATED = codec.OPERATION_COLUMNS.index("created_at_ms")
 
 
+def _tuples(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Rows as plain tuples, not the connection's ``sqlite3.Row``.
+
+    The decode memo compares them as they are and decodes only a row it has not seen.
+    """
+    cur = conn.cursor()
+    cur.row_factory = None
+    try:
+        return cur.execute(sql, params).fetchall()
+    finally:
+        cur.close()
+
+
 class _Listing:
     """One thread's operations as last read, in listing order, and what changed since."""
 
@@ -243,31 +256,26 @@ class _ThreadListings:
         self, conn: sqlite3.Connection, thread_id: str, decoded: _DecodedRows
     ) -> list[Operation]:
         (version,) = conn.execute("PRAGMA data_version").fetchone()
-        cur = conn.cursor()
-        cur.row_factory = None  # plain tuples
-        try:
-            entry = self._by_thread.get(thread_id)
-            if entry is None or entry.data_version != version:
-                raws = cur.execute(
-                    SQL_LIST_OPERATIONS + " WHERE thread_id = ?" + SQL_LIST_ORDER, (thread_id,)
-                )
-                rows = {raw[0]: (raw, decoded.operation(raw)) for raw in raws}
-                self._by_thread[thread_id] = _Listing(version, rows)
-                return [op for _, op in rows.values()]
-            if entry.dirty:
-                rows = entry.rows
-                for op_id in sorted(entry.dirty):
-                    raw = cur.execute(SQL_GET_OPERATION, (op_id,)).fetchone()
-                    if raw is None or raw[1] != thread_id:
-                        rows.pop(op_id, None)
-                    else:
-                        rows[op_id] = (raw, decoded.operation(raw))
-                entry.dirty.clear()
-                order = sorted(rows.items(), key=lambda kv: (kv[1][0][_CREATED], kv[0]))
-                entry.rows = dict(order)
-            return [op for _, op in entry.rows.values()]
-        finally:
-            cur.close()
+        entry = self._by_thread.get(thread_id)
+        if entry is None or entry.data_version != version:
+            raws = _tuples(
+                conn, SQL_LIST_OPERATIONS + " WHERE thread_id = ?" + SQL_LIST_ORDER, (thread_id,)
+            )
+            rows = {raw[0]: (raw, decoded.operation(raw)) for raw in raws}
+            self._by_thread[thread_id] = _Listing(version, rows)
+            return [op for _, op in rows.values()]
+        if entry.dirty:
+            rows = entry.rows
+            for op_id in sorted(entry.dirty):
+                found = _tuples(conn, SQL_GET_OPERATION, (op_id,))
+                if not found or found[0][1] != thread_id:
+                    rows.pop(op_id, None)
+                else:
+                    rows[op_id] = (found[0], decoded.operation(found[0]))
+            entry.dirty.clear()
+            order = sorted(rows.items(), key=lambda kv: (kv[1][0][_CREATED], kv[0]))
+            entry.rows = dict(order)
+        return [op for _, op in entry.rows.values()]
 
 
 class _Reader:
@@ -287,13 +295,8 @@ class _Reader:
         if self._decoded is None:
             row = self._conn.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
             return None if row is None else codec.operation_from_row(row)
-        cur = self._conn.cursor()
-        cur.row_factory = None  # a plain tuple, compared with the row decoded before
-        try:
-            raw = cur.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
-        finally:
-            cur.close()
-        return None if raw is None else self._decoded.operation(raw)
+        found = _tuples(self._conn, SQL_GET_OPERATION, (operation_id,))
+        return self._decoded.operation(found[0]) if found else None
 
     def list_operations(
         self,
@@ -334,13 +337,10 @@ class _Reader:
         if self._decoded is None:
             rows = self._conn.execute(sql + SQL_LIST_ORDER, params).fetchall()
             return [codec.operation_from_row(row) for row in rows]
-        cur = self._conn.cursor()
-        cur.row_factory = None  # plain tuples: compared as they are, decoded only if new
-        try:
-            raws = cur.execute(sql + SQL_LIST_ORDER, params)
-            return [self._decoded.operation(raw) for raw in raws]
-        finally:
-            cur.close()
+        return [
+            self._decoded.operation(raw)
+            for raw in _tuples(self._conn, sql + SQL_LIST_ORDER, params)
+        ]
 
     def approvals(self, operation_id: str) -> list[Approval]:
         rows = self._conn.execute(SQL_LIST_APPROVALS, (operation_id,)).fetchall()
