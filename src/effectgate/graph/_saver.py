@@ -31,10 +31,12 @@ The saver also reads the history of a ``DeltaChannel`` (effectgate's
 checkpoint being loaded back to the channel's last snapshot and deserializes
 every ancestor's whole blob only to learn whether it holds a snapshot (about
 75 blobs per load in a typical thread, measured at 1.9 ms per resume against
-1.0 ms for the plain channel's single blob; issue 8). Which channels a
-checkpoint holds never changes once written, so the saver remembers it per
-checkpoint id (when it writes the checkpoint, or the first time it reads it)
-and deserializes only the snapshot it seeds from.
+1.0 ms for the plain channel's single blob; issue 8). A checkpoint's parent
+and the channels it holds do not change once written, so the saver remembers
+them per checkpoint id (when it writes the checkpoint, or the first time it
+reads it) and deserializes only the snapshot it seeds from. It forgets
+whenever another connection has written the file (a delete or a re-put there
+could change them), and on its own ``delete_thread``.
 """
 
 from __future__ import annotations
