@@ -17,6 +17,8 @@ from hypothesis import settings
 from effectgate._app import StateDir
 from effectgate.demo.services import DemoServices
 
+pytest_plugins = ("effectgate.testing.postgres",)  # postgres_database, postgres_url
+
 settings.register_profile("ci", deadline=None, max_examples=60, derandomize=True)
 settings.register_profile("dev", deadline=None, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,7 +1,8 @@
-"""The ledger conformance suite against the SQLite store."""
+"""The ledger conformance suite against every store: SQLite files and PostgreSQL schemas."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,17 @@ class TestSqliteStore(LedgerConformance):
 
     def make_store(self, name: str) -> LedgerStore:
         return SqliteLedgerStore(self.tmp / f"{name}.sqlite3")
+
+
+class TestPostgresStore(LedgerConformance):
+    """Every conformance test, each on its own schemas of the session's scratch database."""
+
+    @pytest.fixture(autouse=True)
+    def _database(self, postgres_database: str) -> None:
+        self.dsn = postgres_database
+        self.prefix = f"c_{secrets.token_hex(4)}"
+
+    def make_store(self, name: str) -> LedgerStore:
+        from effectgate.ledger import PostgresLedgerStore
+
+        return PostgresLedgerStore(self.dsn, schema=f"{self.prefix}_{name}", pool_size=2)

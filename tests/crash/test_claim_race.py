@@ -1,4 +1,7 @@
-"""Eight OS processes race to claim one operation, round after round: exactly one wins."""
+"""Eight OS processes race to claim one operation, round after round: exactly one wins.
+
+On SQLite (one file) and on PostgreSQL (one schema, a connection pool per process).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import pytest
 
 from effectgate._clock import FakeClock
 from effectgate.errors import ClaimLostError
-from effectgate.ledger import OpState, SqliteLedger
+from effectgate.ledger import Ledger, OpState, SqliteLedger
+from effectgate.ledger._postgres import is_postgres_url
 from effectgate.testing.ledger_conformance import make_approval, make_request
 
 pytestmark = pytest.mark.crash
@@ -20,9 +24,17 @@ WORKERS = 8
 ROUNDS = 20
 
 
-def _racer(path: str, name: str, barrier: Barrier, results: Any) -> None:
-    # Each process has its own connection; they meet only in the SQLite file.
-    with SqliteLedger(path) as ledger:
+def _open(store: str, clock: FakeClock | None = None) -> Ledger:
+    if is_postgres_url(store):
+        from effectgate.ledger import PostgresLedger
+
+        return PostgresLedger(store, clock=clock, pool_size=1)
+    return SqliteLedger(store, clock=clock)
+
+
+def _racer(store: str, name: str, barrier: Barrier, results: Any) -> None:
+    # Each process has its own connection; they meet only in the database.
+    with _open(store) as ledger:
         for round_no in range(ROUNDS):
             barrier.wait()
             try:
@@ -34,11 +46,19 @@ def _racer(path: str, name: str, barrier: Barrier, results: Any) -> None:
                 results.put((round_no, name, f"error:{type(exc).__name__}:{exc}"))
 
 
-def test_exactly_one_of_eight_processes_wins_every_round(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the racers meet: an SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.sqlite3")
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_exactly_one_of_eight_processes_wins_every_round(store: str) -> None:
     """Over 20 rounds of 8 concurrent claimers, each round has one winner and 7 ClaimLostErrors."""
-    path = tmp_path / "ledger.sqlite3"
+    path = store
     clock = FakeClock()
-    with SqliteLedger(path, clock=clock) as ledger:
+    with _open(path, clock) as ledger:
         reqs = [make_request(f"race:{n}", thread_id="race") for n in range(ROUNDS)]
         ledger.record_review(reqs, [make_approval(r, clock) for r in reqs])
 
@@ -46,8 +66,7 @@ def test_exactly_one_of_eight_processes_wins_every_round(tmp_path: Path) -> None
     barrier = ctx.Barrier(WORKERS)
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=_racer, args=(str(path), f"p{i}", barrier, results))
-        for i in range(WORKERS)
+        ctx.Process(target=_racer, args=(path, f"p{i}", barrier, results)) for i in range(WORKERS)
     ]
     for p in procs:
         p.start()
@@ -56,7 +75,7 @@ def test_exactly_one_of_eight_processes_wins_every_round(tmp_path: Path) -> None
         p.join(timeout=60)
         assert p.exitcode == 0
 
-    with SqliteLedger(path) as ledger:
+    with _open(path) as ledger:
         for round_no in range(ROUNDS):
             mine = [o for r, _, o in outcomes if r == round_no]
             winners = [n for r, n, o in outcomes if r == round_no and o == "won"]

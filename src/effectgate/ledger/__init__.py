@@ -3,10 +3,13 @@
 ``Ledger`` is the facade callers use; ``SqliteLedger`` is a ledger over one
 SQLite file. Backends implement ``LedgerStore`` and are checked by
 ``effectgate.testing.ledger_conformance``. This package imports neither
-``effectgate.tools`` nor LangGraph (STYLE §1).
+``effectgate.tools`` nor LangGraph (STYLE §1). ``PostgresLedger`` and
+``PostgresLedgerStore`` (the ``postgres`` extra) load psycopg on first use.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from effectgate.ledger._backoff import full_jitter_delay
 from effectgate.ledger._ledger import Ledger, SqliteLedger
@@ -39,6 +42,9 @@ from effectgate.ledger._store import (
     WriteOnce,
 )
 
+if TYPE_CHECKING:
+    from effectgate.ledger._postgres import PostgresLedger, PostgresLedgerStore
+
 __all__ = [
     "TERMINAL",
     "TRANSITIONS",
@@ -57,6 +63,8 @@ __all__ = [
     "OpState",
     "OpenRequest",
     "Operation",
+    "PostgresLedger",
+    "PostgresLedgerStore",
     "Receipt",
     "SqliteLedger",
     "SqliteLedgerStore",
@@ -68,3 +76,12 @@ __all__ = [
     "check_transition",
     "full_jitter_delay",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgreSQL support is an optional extra: psycopg is imported only when asked for.
+    if name in ("PostgresLedger", "PostgresLedgerStore"):
+        from effectgate.ledger import _postgres
+
+        return getattr(_postgres, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

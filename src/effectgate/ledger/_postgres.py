@@ -1,0 +1,695 @@
+"""``PostgresLedgerStore``: the ledger on PostgreSQL, for many workers on many machines.
+
+The same ``LedgerStore`` seam as ``SqliteLedgerStore`` and the same
+conformance suite (``effectgate.testing.ledger_conformance``); the ``Ledger``
+facade above it is unchanged. psycopg 3 with a ``psycopg_pool`` pool of
+autocommit connections; the store issues ``BEGIN``/``COMMIT`` itself.
+
+Isolation: write transactions run at READ COMMITTED, read snapshots at
+REPEATABLE READ READ ONLY. READ COMMITTED is enough for the protocol because
+no decision the facade takes rests on a plain snapshot read:
+
+- every state change is a conditional update, ``UPDATE ... WHERE state IN
+  (...) AND attempt = n`` (the attempt is the fencing token). When two
+  transactions race for one row the second waits for the first's row lock and
+  PostgreSQL re-evaluates its ``WHERE`` against the row the first committed
+  (the "EvalPlanQual" recheck of the PostgreSQL manual, "Transaction
+  Isolation", 13.2.1), so exactly one claim of an attempt matches;
+- an operation or lease read inside a write transaction is read ``FOR
+  UPDATE``, so a check-then-write on it (budget, intent, lease owner and
+  expiry) is made on the newest row, which no one else can change before the
+  commit;
+- write-once rows (operations, approvals, threads, leases) are inserted with
+  ``ON CONFLICT DO NOTHING`` on their key and read back, which waits for a
+  concurrent insert of the same key to commit or roll back.
+
+SERIALIZABLE would add nothing to these row-level rules and would make
+transactions fail with serialization errors that the ``transaction()`` block
+cannot replay. The read snapshot is REPEATABLE READ so that one ``read()``
+block (metrics reads three aggregates) sees one consistent state.
+
+Durability: a durable transaction commits with ``synchronous_commit = on``
+(set on every pooled connection, whatever the server default); ``durable=False``
+adds ``SET LOCAL synchronous_commit = off``. Such a commit is visible to every
+session at once and survives the death of the worker; only a crash of the
+database server can lose it, and only until the next synchronous commit on
+the same server, which flushes the write-ahead log up to its own record and
+so every earlier one (the PostgreSQL manual, "Asynchronous Commit", 30.4).
+That is the argument ``synchronous=NORMAL`` makes on SQLite.
+
+Leases are judged by the database's clock: ``PostgresLedger`` reads time from
+a ``DatabaseClock`` (``clock_timestamp()`` on the server, advanced by the local
+monotonic clock between re-reads), so workers on machines whose wall clocks
+disagree, or jump, still agree on when a lease expires.
+
+Events get their ``seq`` from an identity column: larger than every ``seq``
+handed out before, and, for one operation, in commit order (each event is
+appended under that operation's row lock). Across operations two concurrent
+commits may become visible out of ``seq`` order.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from effectgate._clock import Clock, to_seconds
+from effectgate.errors import (
+    ConfigError,
+    LedgerBusyError,
+    LedgerCorruptError,
+    LedgerError,
+    SchemaVersionError,
+)
+from effectgate.ledger import _codec as codec
+from effectgate.ledger._ledger import Ledger
+from effectgate.ledger._migrations import UNFINISHED_STATES_SQL
+from effectgate.ledger._model import (
+    UNFINISHED,
+    Approval,
+    Event,
+    EventKind,
+    Lease,
+    Operation,
+    OpState,
+    ThreadRecord,
+)
+from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS, VERSION_TABLE
+from effectgate.ledger._sqlite import _DecodedRows
+from effectgate.ledger._store import (
+    Change,
+    Expect,
+    NewEvent,
+    StateCount,
+    StoreReader,
+    StoreTransaction,
+    WriteOnce,
+)
+
+__all__ = ["DatabaseClock", "PostgresLedger", "PostgresLedgerStore", "is_postgres_url", "redacted"]
+
+_OP_COLUMNS = ", ".join(codec.OPERATION_COLUMNS)
+_OP_PARAMS = ", ".join(["%s"] * len(codec.OPERATION_COLUMNS))
+_APPROVAL_COLUMNS = ", ".join(codec.APPROVAL_COLUMNS)
+_EVENT_COLUMNS = ("seq", "operation_id", "kind", "src", "dst", "attempt", "at_ms", "detail_json")
+_THREAD_COLUMNS = ("thread_id", "input_json", "metadata_json", "created_at_ms")
+_LEASE_COLUMNS = ("thread_id", "owner", "token", "expires_at_ms")
+
+
+def _in_list(states: Iterable[OpState]) -> str:
+    # OpState values are fixed identifiers, so inlining them is injection-safe
+    # and gives one prepared statement per state set.
+    return ",".join(f"'{OpState(s).value}'" for s in sorted(states))
+
+
+SQL_INSERT_OPERATION = (
+    f"INSERT INTO ledger_operations ({_OP_COLUMNS}) VALUES ({_OP_PARAMS}) "
+    f"ON CONFLICT (operation_id) DO NOTHING RETURNING {_OP_COLUMNS}"
+)
+SQL_GET_OPERATION = f"SELECT {_OP_COLUMNS} FROM ledger_operations WHERE operation_id = %s"
+# The row's old state is kept in prev_state by the SET (expressions see the old
+# row), and RETURNING hands it back for the transition event.
+SQL_COMPARE_AND_SET = f"""UPDATE ledger_operations SET
+    prev_state = state, state = %(state)s,
+    attempt = COALESCE(%(attempt)s, attempt),
+    receipt_json = COALESCE(%(receipt_json)s, receipt_json),
+    error = COALESCE(%(error)s, error),
+    claimed_by = %(claimed_by)s,
+    next_attempt_at_ms = %(next_attempt_at_ms)s,
+    updated_at_ms = %(updated_at_ms)s
+WHERE operation_id = %(operation_id)s AND state IN ({{states}})
+    AND (%(expect_attempt)s::integer IS NULL OR attempt = %(expect_attempt)s)
+    AND (%(expect_intent_hash)s::text IS NULL OR intent_hash = %(expect_intent_hash)s)
+    AND (%(max_attempts_at_least)s::integer IS NULL
+        OR max_attempts >= %(max_attempts_at_least)s)
+RETURNING {_OP_COLUMNS}"""
+SQL_LIST_OPERATIONS = f"SELECT {_OP_COLUMNS} FROM ledger_operations"
+SQL_LIST_ORDER = " ORDER BY created_at_ms, operation_id"
+SQL_COUNT_OPERATIONS = (
+    "SELECT state, attempt, COUNT(*) FROM ledger_operations GROUP BY state, attempt"
+)
+SQL_OLDEST_UPDATED = (
+    f"SELECT MIN(updated_at_ms) FROM ledger_operations WHERE {UNFINISHED_STATES_SQL} AND state = %s"
+)
+SQL_INSERT_APPROVAL = (
+    f"INSERT INTO ledger_approvals ({_APPROVAL_COLUMNS}) VALUES ({', '.join(['%s'] * 10)}) "
+    "ON CONFLICT DO NOTHING"
+)
+SQL_GET_APPROVAL_BY_KEY = (
+    f"SELECT {_APPROVAL_COLUMNS} FROM ledger_approvals WHERE operation_id = %s "
+    "AND decided_at_ms = %s AND reviewer = %s AND decision = %s AND intent_hash = %s"
+)
+SQL_LIST_APPROVALS = (
+    f"SELECT {_APPROVAL_COLUMNS} FROM ledger_approvals WHERE operation_id = %s ORDER BY id"
+)
+SQL_INSERT_EVENT = (
+    "INSERT INTO ledger_events (operation_id, kind, src, dst, attempt, at_ms, detail_json) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING seq"
+)
+SQL_LIST_EVENTS = f"SELECT {', '.join(_EVENT_COLUMNS)} FROM ledger_events"
+SQL_LIST_EVENTS_BY_THREAD = (
+    f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS)} FROM ledger_events e "
+    "JOIN ledger_operations o ON o.operation_id = e.operation_id WHERE o.thread_id = %s"
+)
+SQL_COUNT_EVENTS = "SELECT COUNT(*) FROM ledger_events WHERE kind = %s"
+SQL_INSERT_THREAD = (
+    f"INSERT INTO ledger_threads ({', '.join(_THREAD_COLUMNS)}) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (thread_id) DO NOTHING"
+)
+SQL_GET_THREAD = f"SELECT {', '.join(_THREAD_COLUMNS)} FROM ledger_threads WHERE thread_id = %s"
+SQL_LIST_THREADS = (
+    f"SELECT {', '.join(_THREAD_COLUMNS)} FROM ledger_threads ORDER BY created_at_ms, thread_id"
+)
+SQL_GET_LEASE = f"SELECT {', '.join(_LEASE_COLUMNS)} FROM ledger_thread_leases WHERE thread_id = %s"
+SQL_INSERT_LEASE = (
+    f"INSERT INTO ledger_thread_leases ({', '.join(_LEASE_COLUMNS)}) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (thread_id) DO NOTHING"
+)
+SQL_UPDATE_LEASE = (
+    "UPDATE ledger_thread_leases SET owner = %s, token = %s, expires_at_ms = %s "
+    "WHERE thread_id = %s AND owner = %s AND token = %s AND expires_at_ms = %s"
+)
+SQL_FOR_UPDATE = " FOR UPDATE"
+SQL_HAS_TABLE = (
+    "SELECT COUNT(*) FROM pg_catalog.pg_tables "
+    "WHERE schemaname = current_schema() AND tablename = %s"
+)
+SQL_COUNT_LEDGER_TABLES = (
+    "SELECT COUNT(*) FROM pg_catalog.pg_tables "
+    "WHERE schemaname = current_schema() AND tablename LIKE %s"
+)
+SQL_SCHEMA_VERSION = f"SELECT MAX(version) FROM {VERSION_TABLE}"
+SQL_RECORD_VERSION = f"INSERT INTO {VERSION_TABLE} (version, applied_at_ms) VALUES (%s, %s)"
+SQL_MIGRATION_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtext('effectgate.ledger:' || COALESCE(current_schema(), '')))"
+)
+SQL_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+SQL_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
+SQL_NOT_DURABLE = "; SET LOCAL synchronous_commit = off"
+
+_BUSY_STATES = frozenset(
+    {
+        "55P03",  # lock_not_available (lock_timeout)
+        "40P01",  # deadlock_detected
+        "40001",  # serialization_failure
+        "57014",  # query_canceled (statement_timeout)
+    }
+)
+_CONFIG_CLASSES = ("08", "28", "3D", "42501")  # connection, authorization, no database, privilege
+
+
+def is_postgres_url(value: str) -> bool:
+    """Tell whether ``value`` names a PostgreSQL server (``postgresql://`` or ``postgres://``)."""
+    return value.startswith(("postgresql://", "postgres://"))
+
+
+def redacted(dsn: str) -> str:
+    """Return ``dsn`` as ``host:port/dbname`` for messages: never the password.
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URL.
+
+    Returns:
+        A short description such as ``127.0.0.1:5432/test``, or ``(unparsable DSN)``.
+    """
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(unparsable DSN)"
+    host = parts.get("host") or parts.get("hostaddr") or "localhost"
+    return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
+
+
+def _translate(exc: BaseException, where: str) -> Exception:
+    """Map a psycopg error to the ledger's taxonomy by SQLSTATE, never by message text."""
+    if isinstance(exc, PoolTimeout):
+        return LedgerBusyError(f"ledger {where}: no free database connection in time ({exc})")
+    state = getattr(exc, "sqlstate", None) or ""
+    if state in _BUSY_STATES:
+        return LedgerBusyError(f"ledger {where} stayed locked past the busy timeout ({state})")
+    if state.startswith(_CONFIG_CLASSES) or (
+        isinstance(exc, psycopg.OperationalError) and not state
+    ):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ConfigError(f"cannot use ledger database {where}: {first}")
+    if state.startswith("22") or state == "42P01":  # data exception, undefined table
+        return LedgerCorruptError(f"ledger {where}: {exc}")
+    return LedgerError(f"ledger {where}: database error {state or type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def _translated(where: str) -> Iterator[None]:
+    try:
+        yield
+    except (psycopg.Error, PoolTimeout) as exc:
+        raise _translate(exc, where) from exc
+
+
+class _Reader:
+    """Reads on one pooled connection inside a transaction the store opened."""
+
+    _lock_rows = ""
+
+    def __init__(self, conn: psycopg.Connection[Any], decoded: _DecodedRows) -> None:
+        self._conn = conn
+        self._decoded = decoded
+
+    def _rows(self, query: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        return self._conn.execute(query, params).fetchall()
+
+    def _dicts(self, query: str, columns: Sequence[str], params: Sequence[Any]) -> list[Any]:
+        return [dict(zip(columns, row, strict=True)) for row in self._rows(query, params)]
+
+    def get_operation(self, operation_id: str) -> Operation | None:
+        found = self._rows(SQL_GET_OPERATION + self._lock_rows, (operation_id,))
+        return self._decoded.operation(tuple(found[0])) if found else None
+
+    def list_operations(
+        self,
+        *,
+        thread_id: str | None = None,
+        states: Iterable[OpState] | None = None,
+        tool: str | None = None,
+        intent_hash: str | None = None,
+    ) -> list[Operation]:
+        where: list[str] = []
+        params: list[Any] = []
+        if states is not None:
+            wanted = frozenset(OpState(s) for s in states)
+            if not wanted:
+                return []
+            if wanted <= UNFINISHED:
+                where.append(UNFINISHED_STATES_SQL)  # matches the partial index's predicate
+            where.append(f"state IN ({_in_list(wanted)})")
+        for column, value in (
+            ("thread_id", thread_id),
+            ("tool", tool),
+            ("intent_hash", intent_hash),
+        ):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        query = SQL_LIST_OPERATIONS + (" WHERE " + " AND ".join(where) if where else "")
+        return [
+            self._decoded.operation(tuple(r)) for r in self._rows(query + SQL_LIST_ORDER, params)
+        ]
+
+    def approvals(self, operation_id: str) -> list[Approval]:
+        rows = self._dicts(SQL_LIST_APPROVALS, codec.APPROVAL_COLUMNS, (operation_id,))
+        return [codec.approval_from_row(row) for row in rows]
+
+    def events(
+        self, *, operation_id: str | None = None, thread_id: str | None = None
+    ) -> list[Event]:
+        params: list[Any] = []
+        if thread_id is not None:
+            query = SQL_LIST_EVENTS_BY_THREAD
+            params.append(thread_id)
+            if operation_id is not None:
+                query += " AND e.operation_id = %s"
+                params.append(operation_id)
+            query += " ORDER BY e.seq"
+        elif operation_id is not None:
+            query = SQL_LIST_EVENTS + " WHERE operation_id = %s ORDER BY seq"
+            params.append(operation_id)
+        else:
+            query = SQL_LIST_EVENTS + " ORDER BY seq"
+        return [codec.event_from_row(row) for row in self._dicts(query, _EVENT_COLUMNS, params)]
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        rows = self._dicts(SQL_GET_THREAD, _THREAD_COLUMNS, (thread_id,))
+        return codec.thread_from_row(rows[0]) if rows else None
+
+    def list_threads(self) -> list[ThreadRecord]:
+        return [
+            codec.thread_from_row(r) for r in self._dicts(SQL_LIST_THREADS, _THREAD_COLUMNS, ())
+        ]
+
+    def get_lease(self, thread_id: str) -> Lease | None:
+        rows = self._dicts(SQL_GET_LEASE + self._lock_rows, _LEASE_COLUMNS, (thread_id,))
+        return codec.lease_from_row(rows[0]) if rows else None
+
+    def count_operations(self) -> list[StateCount]:
+        return [
+            StateCount(state=codec.state_or_corrupt(s, "(aggregate)"), attempt=a, count=int(n))
+            for s, a, n in self._rows(SQL_COUNT_OPERATIONS)
+        ]
+
+    def count_events(self, kind: EventKind) -> int:
+        ((count,),) = self._rows(SQL_COUNT_EVENTS, (kind.value,))
+        return int(count)
+
+    def oldest_updated_at(self, state: OpState) -> datetime | None:
+        ((ms,),) = self._rows(SQL_OLDEST_UPDATED, (state.value,))
+        return None if ms is None else codec.from_ms(int(ms))
+
+
+class _Transaction(_Reader):
+    """Reads and writes inside one READ COMMITTED transaction; rows it reads are locked."""
+
+    _lock_rows = SQL_FOR_UPDATE
+
+    def create_or_get(self, op: Operation) -> tuple[Operation, bool]:
+        rows = self._rows(SQL_INSERT_OPERATION, codec.operation_to_row(op))
+        if rows:
+            return self._decoded.operation(tuple(rows[0])), True
+        stored = self.get_operation(op.operation_id)
+        if stored is None:  # pragma: no cover - DO NOTHING only skips an existing row
+            raise LedgerError(f"operation {op.operation_id!r} vanished inside a transaction")
+        return stored, False
+
+    def compare_and_set(
+        self, operation_id: str, expect: Expect, change: Change
+    ) -> tuple[OpState, Operation] | None:
+        if not expect.states:
+            return None
+        params = {
+            "operation_id": operation_id,
+            "state": change.state.value,
+            "attempt": change.attempt,
+            "receipt_json": None if change.receipt is None else codec.receipt_json(change.receipt),
+            "error": change.error,
+            "claimed_by": change.claimed_by,
+            "next_attempt_at_ms": codec.ms_or_none(change.next_attempt_at),
+            "updated_at_ms": codec.to_ms(change.updated_at),
+            "expect_attempt": expect.attempt,
+            "expect_intent_hash": expect.intent_hash,
+            "max_attempts_at_least": expect.max_attempts_at_least,
+        }
+        rows = self._rows(SQL_COMPARE_AND_SET.format(states=_in_list(expect.states)), params)
+        if not rows:
+            return None
+        raw = tuple(rows[0])
+        prev = raw[codec.OPERATION_COLUMNS.index("prev_state")]
+        return codec.state_or_corrupt(prev, operation_id), self._decoded.operation(raw)
+
+    def append_event(self, event: NewEvent) -> int:
+        ((seq,),) = self._rows(SQL_INSERT_EVENT, codec.event_to_row(event))
+        return int(seq)
+
+    def put_approval(self, approval: Approval) -> WriteOnce:
+        row = codec.approval_to_row(approval)
+        if self._conn.execute(SQL_INSERT_APPROVAL, row).rowcount == 1:
+            return WriteOnce.INSERTED
+        key = (row[0], row[8], row[5], row[3], row[4])
+        stored = self._rows(SQL_GET_APPROVAL_BY_KEY, key)
+        return WriteOnce.EXISTS if stored and tuple(stored[0]) == row else WriteOnce.CONFLICT
+
+    def put_thread(self, record: ThreadRecord) -> ThreadRecord:
+        self._conn.execute(SQL_INSERT_THREAD, codec.thread_to_row(record))
+        stored = self.get_thread(record.thread_id)
+        assert stored is not None
+        return stored
+
+    def put_lease(self, lease: Lease, *, expected: Lease | None) -> bool:
+        new = (lease.owner, lease.token, codec.to_ms(lease.expires_at))
+        if expected is None:
+            cur = self._conn.execute(SQL_INSERT_LEASE, (lease.thread_id, *new))
+        else:
+            old = (expected.owner, expected.token, codec.to_ms(expected.expires_at))
+            cur = self._conn.execute(SQL_UPDATE_LEASE, (*new, lease.thread_id, *old))
+        return cur.rowcount == 1
+
+
+class DatabaseClock:
+    """The database server's clock, read locally: ``clock_timestamp()`` plus monotonic time.
+
+    Every ``resync_s`` seconds (and on first use) it reads the server's
+    ``clock_timestamp()`` and the local ``time.monotonic()`` around that
+    round trip; in between, ``now()`` is the server time read plus the
+    monotonic time elapsed since. So the time a lease is judged by is the
+    database's, to within half a round trip, on every worker: a worker whose
+    wall clock is off, or is stepped by NTP, still agrees with the others.
+    (The monotonic clock's drift over ``resync_s`` is parts per million.)
+
+    Args:
+        read_server_time: returns the server's current time (aware UTC).
+        resync_s: seconds between re-reads of the server time.
+    """
+
+    def __init__(self, read_server_time: Callable[[], datetime], *, resync_s: float = 30.0) -> None:
+        self._read = read_server_time
+        self._resync_s = resync_s
+        self._lock = threading.Lock()
+        self._anchor: tuple[float, datetime] | None = None
+
+    def now(self) -> datetime:
+        """Return the database server's current time as an aware UTC ``datetime``."""
+        with self._lock:
+            mono = time.monotonic()
+            if self._anchor is None or mono - self._anchor[0] >= self._resync_s:
+                before = time.monotonic()
+                server = self._read()
+                after = time.monotonic()
+                self._anchor = ((before + after) / 2, server.astimezone(UTC))
+                mono = time.monotonic()
+            base_mono, base = self._anchor
+        return base + timedelta(seconds=mono - base_mono)
+
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds`` (float seconds); negative values return at once."""
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class PostgresLedgerStore:
+    """The ledger's tables in a PostgreSQL schema, shared by any number of workers.
+
+    Opening checks the schema before writing anything: a schema holding
+    ``ledger_*`` tables without a version table, or a ledger whose version is
+    newer than this build, is refused and left untouched. Migrations run in
+    one transaction under an advisory lock, so workers starting together
+    migrate once.
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URL.
+        schema: the PostgreSQL schema for the tables (created if missing);
+            ``None`` uses the connection's current schema (``search_path``).
+        migrate: bring an older schema up to date; with ``False`` an older
+            (or empty) schema is refused instead.
+        busy_timeout: how long a statement waits for a row lock, and a caller
+            for a pooled connection, before ``LedgerBusyError``; ``timedelta``
+            or float seconds.
+        pool_size: the most connections this store opens (one per thread
+            using it at the same moment).
+
+    Raises:
+        ConfigError: the server cannot be reached or refuses the login or database.
+        LedgerCorruptError: the schema holds ledger tables but no version table.
+        SchemaVersionError: the schema is newer than this build, or older with
+            ``migrate=False``.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        migrate: bool = True,
+        busy_timeout: timedelta | float = 30.0,
+        pool_size: int = 4,
+    ) -> None:
+        self.dsn = dsn
+        """The connection string (it may hold a password: show ``redacted(dsn)``)."""
+        self.schema = schema
+        """The PostgreSQL schema of the tables, or ``None`` for the current one."""
+        self._where = redacted(dsn) + (f" schema {schema}" if schema else "")
+        self._busy_s = to_seconds(busy_timeout)
+        self._decoded = _DecodedRows()
+        self._closed = False
+        try:
+            conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"not a PostgreSQL connection string: {exc}") from exc
+        with _translated(self._where):
+            if schema is not None:
+                self._create_schema(schema)
+            self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=max(1, pool_size),
+                kwargs={"autocommit": True},
+                configure=self._configure,
+                timeout=self._busy_s,
+                open=False,
+                name="effectgate-ledger",
+            )
+            try:
+                self._pool.open(wait=True, timeout=self._busy_s)
+                self._prepare(migrate=migrate)
+            except BaseException:
+                self._pool.close()
+                raise
+
+    def _create_schema(self, schema: str) -> None:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtext('effectgate.ledger.schema'))")
+            try:
+                conn.execute(
+                    pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema))
+                )
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtext('effectgate.ledger.schema'))")
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # Per connection, once: commits are synchronous unless a transaction
+        # says otherwise, and a row lock is waited for at most busy_timeout.
+        settings = [
+            "SET synchronous_commit = on",
+            f"SET lock_timeout = {int(self._busy_s * 1000)}",
+        ]
+        if self.schema is not None:
+            settings.append(
+                pgsql.SQL("SET search_path = {}")
+                .format(pgsql.Identifier(self.schema))
+                .as_string(conn)
+            )
+        conn.execute("; ".join(settings))
+
+    def _prepare(self, *, migrate: bool) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(SQL_BEGIN_READ)
+            try:
+                version = self._inspect(conn)
+            finally:
+                conn.execute("ROLLBACK")
+            self._check_version(version, migrate=migrate)
+            if version < PG_LATEST_VERSION:
+                self._migrate(conn)
+
+    def _inspect(self, conn: psycopg.Connection[Any]) -> int:
+        """Return the ledger schema version in the current schema; 0 for no ledger."""
+        ((has_version,),) = conn.execute(SQL_HAS_TABLE, (VERSION_TABLE,)).fetchall()
+        if has_version:
+            ((version,),) = conn.execute(SQL_SCHEMA_VERSION).fetchall()
+            return int(version or 0)
+        ((tables,),) = conn.execute(SQL_COUNT_LEDGER_TABLES, ("ledger\\_%",)).fetchall()
+        if tables:
+            raise LedgerCorruptError(
+                f"{self._where}: ledger_* tables without a {VERSION_TABLE} table; "
+                "this schema was not made by effectgate"
+            )
+        return 0
+
+    def _check_version(self, version: int, *, migrate: bool) -> None:
+        if version > PG_LATEST_VERSION or (version < PG_LATEST_VERSION and not migrate):
+            raise SchemaVersionError(found=version, expected=PG_LATEST_VERSION, path=self._where)
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(SQL_BEGIN_WRITE)
+        try:
+            conn.execute(SQL_MIGRATION_LOCK)
+            # Re-read under the lock: another worker may have migrated meanwhile.
+            version = self._inspect(conn)
+            self._check_version(version, migrate=True)
+            now_ms = time.time_ns() // 1_000_000
+            for target in range(version + 1, PG_LATEST_VERSION + 1):
+                for statement in PG_MIGRATIONS[target]:
+                    conn.execute(statement)
+                conn.execute(SQL_RECORD_VERSION, (target, now_ms))
+            conn.execute("COMMIT")
+        finally:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+
+    def _live(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        if self._closed:
+            raise LedgerError(f"ledger {self._where} is closed")
+        return self._pool
+
+    @contextmanager
+    def _connection(self, begin: str) -> Iterator[psycopg.Connection[Any]]:
+        with self._live().connection() as conn:
+            conn.execute(begin)
+            try:
+                yield conn
+            finally:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute("ROLLBACK")
+
+    @contextmanager
+    def read(self) -> Iterator[StoreReader]:
+        """Open a REPEATABLE READ, READ ONLY snapshot on a pooled connection."""
+        with _translated(self._where), self._connection(SQL_BEGIN_READ) as conn:
+            yield _Reader(conn, self._decoded)
+
+    @contextmanager
+    def transaction(self, *, durable: bool = True) -> Iterator[StoreTransaction]:
+        """Open a READ COMMITTED transaction, committed when the block exits normally.
+
+        Args:
+            durable: ``True`` commits with ``synchronous_commit = on`` (the
+                server has flushed the commit to its write-ahead log before
+                return). ``False`` commits with ``synchronous_commit = off``:
+                visible at once, flushed by the server within a few hundred
+                milliseconds or by the next synchronous commit, whichever is first.
+
+        Raises:
+            LedgerBusyError: a row lock or a pooled connection was not had in
+                time, or the server broke a deadlock by aborting this transaction.
+        """
+        begin = SQL_BEGIN_WRITE + ("" if durable else SQL_NOT_DURABLE)
+        with _translated(self._where), self._connection(begin) as conn:
+            yield _Transaction(conn, self._decoded)
+            conn.execute("COMMIT")
+
+    def server_time(self) -> datetime:
+        """Return the database server's current time (``clock_timestamp()``), aware UTC."""
+        with _translated(self._where), self._live().connection() as conn:
+            ((now,),) = conn.execute("SELECT clock_timestamp()").fetchall()
+        return now.astimezone(UTC)  # type: ignore[no-any-return]
+
+    def database_clock(self, *, resync_s: float = 30.0) -> Clock:
+        """Return a ``DatabaseClock`` reading this store's server (see there)."""
+        return DatabaseClock(self.server_time, resync_s=resync_s)
+
+    def close(self) -> None:
+        """Close the pool; idempotent. Later calls raise ``LedgerError``."""
+        if not self._closed:
+            self._closed = True
+            self._pool.close()
+
+
+class PostgresLedger(Ledger):
+    """A ``Ledger`` over PostgreSQL (``PostgresLedgerStore``), on the database's clock.
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URL.
+        schema: the PostgreSQL schema for the tables; ``None``: the current one.
+        clock: where "now" comes from; by default the store's ``DatabaseClock``,
+            so every worker judges leases by the server's time.
+        migrate: bring an older schema up to date (else refuse it).
+        busy_timeout: row-lock and pool wait before ``LedgerBusyError``;
+            ``timedelta`` or float seconds.
+        pool_size: the most connections the store opens.
+        rng: the random source for backoff jitter.
+
+    Raises:
+        ConfigError, LedgerCorruptError, SchemaVersionError: as ``PostgresLedgerStore``.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        clock: Clock | None = None,
+        migrate: bool = True,
+        busy_timeout: timedelta | float = 30.0,
+        pool_size: int = 4,
+        rng: random.Random | None = None,
+    ) -> None:
+        store = PostgresLedgerStore(
+            dsn, schema=schema, migrate=migrate, busy_timeout=busy_timeout, pool_size=pool_size
+        )
+        super().__init__(store, clock=clock or store.database_clock(), rng=rng)

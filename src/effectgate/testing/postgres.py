@@ -1,0 +1,155 @@
+"""A scratch PostgreSQL database per test session, and the pytest fixtures that hand it out.
+
+The server comes from ``EFFECTGATE_TEST_POSTGRES`` (a libpq DSN or
+``postgresql://`` URL; default ``postgresql://postgres@127.0.0.1:5432/postgres``).
+The session creates a fresh database ``effectgate_test_<random>`` on it and
+drops it at the end, so tests never see each other's rows or a developer's.
+Each test that asks for ``postgres_url`` gets its own schema in that database,
+named in the URL's ``options`` (``-c search_path=...``), so every connection
+opened from the URL (ledger, checkpointer, a child process) lands in it.
+
+Without a reachable server the PostgreSQL tests are skipped, with one reason
+line; with ``EFFECTGATE_REQUIRE_POSTGRES=1`` (CI) they fail instead.
+
+Load the fixtures with ``pytest_plugins = ("effectgate.testing.postgres",)``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+__all__ = [
+    "DEFAULT_DSN",
+    "ENV_DSN",
+    "ENV_REQUIRE",
+    "postgres_database",
+    "postgres_url",
+    "scratch_database",
+    "with_search_path",
+]
+
+ENV_DSN = "EFFECTGATE_TEST_POSTGRES"
+"""The environment variable naming the test server."""
+ENV_REQUIRE = "EFFECTGATE_REQUIRE_POSTGRES"
+"""Set to ``1`` to make an unreachable server fail the PostgreSQL tests instead of skipping them."""
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+"""The local trust-authenticated server these tests expect by default."""
+
+
+def _admin_dsn() -> str:
+    return os.environ.get(ENV_DSN) or DEFAULT_DSN
+
+
+def with_search_path(dsn: str, schema: str) -> str:
+    """Return ``dsn`` as a ``postgresql://`` URL whose connections use ``schema``.
+
+    The schema goes in libpq's ``options`` (``-c search_path=<schema>``); user,
+    password, host, port and database are kept, other parameters dropped.
+    """
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(dsn)
+    user = quote(str(parts.get("user", "")), safe="")
+    password = parts.get("password")
+    auth = f"{user}:{quote(str(password), safe='')}@" if password else (f"{user}@" if user else "")
+    host = str(parts.get("host") or "localhost")
+    port = parts.get("port") or 5432
+    query = urlencode({"options": f"-c search_path={schema}"}, quote_via=quote)
+    return f"postgresql://{auth}{host}:{port}/{quote(str(parts.get('dbname', '')))}?{query}"
+
+
+@contextmanager
+def scratch_database(admin_dsn: str) -> Iterator[str]:
+    """Create a fresh database on the server of ``admin_dsn``; drop it (forcibly) afterwards.
+
+    Args:
+        admin_dsn: a DSN whose user may ``CREATE DATABASE``.
+
+    Yields:
+        The DSN of the new, empty database.
+
+    Raises:
+        psycopg.OperationalError: the server cannot be reached.
+    """
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    name = f"effectgate_test_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(admin_dsn, dbname=name)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """The DSN of a scratch database for this test session (skipped or failed without a server)."""
+    admin = _admin_dsn()
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the test extra installs it
+        _unavailable("psycopg is not installed (pip install 'effectgate[postgres]')")
+    from effectgate.ledger._postgres import redacted
+
+    try:
+        database = scratch_database(admin)
+        dsn = database.__enter__()
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        _unavailable(f"no PostgreSQL at {redacted(admin)} ({first})")
+    try:
+        yield dsn
+    finally:
+        database.__exit__(None, None, None)
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> str:
+    """A DSN of a fresh, empty schema of the session's scratch database, for one test."""
+    import psycopg
+
+    schema = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    return with_search_path(postgres_database, schema)
+
+
+def _unavailable(reason: str) -> None:
+    hint = f"set {ENV_DSN} to a server's DSN; {ENV_REQUIRE}=1 makes this a failure"
+    if os.environ.get(ENV_REQUIRE) == "1":
+        pytest.fail(f"PostgreSQL tests required but {reason}", pytrace=False)
+    pytest.skip(f"PostgreSQL tests skipped: {reason} ({hint})")
+
+
+def pytest_report_header() -> str:
+    """One line at the top of every run: which PostgreSQL the tests use, or why they skip."""
+    admin = _admin_dsn()
+    try:
+        import psycopg
+
+        from effectgate.ledger._postgres import redacted
+
+        where = redacted(admin)
+        with psycopg.connect(admin, connect_timeout=2):
+            pass
+    except ImportError:
+        return "postgresql: psycopg not installed; PostgreSQL tests will be skipped"
+    except psycopg.Error:
+        required = os.environ.get(ENV_REQUIRE) == "1"
+        return f"postgresql: no server at {where}; PostgreSQL tests will " + (
+            "FAIL (EFFECTGATE_REQUIRE_POSTGRES=1)" if required else f"be skipped (set {ENV_DSN})"
+        )
+    return f"postgresql: {where} (a scratch database per session)"
