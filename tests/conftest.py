@@ -58,8 +58,9 @@ def run_worker(
     model: str = "scripted:incident",
     approve: str = "all",
     timeout: float = 60.0,
+    store: str | None = None,
 ) -> WorkerRun:
-    """Run ``effectgate.testing.worker`` in a new process and wait for it."""
+    """Run ``effectgate.testing.worker`` in a new process and wait (``store``: its --store)."""
     env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
     if failpoint:
         env["EFFECTGATE_FAILPOINT"] = failpoint
@@ -76,6 +77,7 @@ def run_worker(
             model,
             "--approve",
             approve,
+            *(["--store", store] if store else []),
         ],
         capture_output=True,
         text=True,

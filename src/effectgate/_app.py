@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,11 +15,12 @@ from effectgate.errors import ConfigError
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.tools import BaseTool
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
     from effectgate._clock import Clock
     from effectgate.demo.services import ServiceEndpoints
     from effectgate.graph import Agent, Policy
-    from effectgate.ledger import Operation
+    from effectgate.ledger import Ledger, Operation
     from effectgate.tools import ToolSpec
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "StateDir", "default_tools", "open_agent"]
@@ -136,6 +137,7 @@ def open_agent(
     lease_ttl_s: float = 30.0,
     lease_wait_s: float = 0.0,
     clock: Clock | None = None,
+    store: str | None = None,
 ) -> Iterator[Agent]:
     """Open an ``Agent`` on a state directory, and close its files afterwards.
 
@@ -154,27 +156,24 @@ def open_agent(
             before ``ThreadBusyError`` (default 0: fail at once).
         clock: time source for approvals, backoff and the ledger (a
             ``effectgate.testing.FakeClock`` in tests and notebooks).
+        store: where the ledger and checkpoints live: ``None`` for the SQLite
+            files of the state directory, or a ``postgresql://`` URL (the
+            ``postgres`` extra; see docs/postgres.md). The workspace and the
+            demo services stay in the state directory either way.
 
     Yields:
         The agent; its ledger and checkpointer close when the block exits.
 
     Raises:
-        ConfigError: bad state directory or model specification.
+        ConfigError: bad state directory, model specification or store.
     """
-    from effectgate.graph import Agent, StepDurableSaver
-    from effectgate.ledger import SqliteLedger
+    from effectgate.graph import Agent
     from effectgate.models import make_model
 
     sd = state_dir if isinstance(state_dir, StateDir) else StateDir.open(state_dir)
     chat = make_model(model, **dict(model_options or {})) if isinstance(model, str) else model
-    conn = _open_checkpoints(sd.checkpoints)
-    try:
-        ledger = SqliteLedger(sd.ledger, clock=clock)
-    except BaseException:
-        conn.close()
-        raise
-    try:
-        saver = StepDurableSaver(conn)
+    with ExitStack() as stack:
+        ledger, saver = _open_stores(stack, sd, store, clock)
         agent = Agent(
             chat,
             list(tools) if tools is not None else default_tools(sd.workspace, endpoints),
@@ -189,6 +188,20 @@ def open_agent(
             clock=clock,
         )
         yield agent
-    finally:
-        conn.close()
-        ledger.close()
+
+
+def _open_stores(
+    stack: ExitStack, sd: StateDir, store: str | None, clock: Clock | None
+) -> tuple[Ledger, BaseCheckpointSaver[Any]]:
+    """Open the ledger and the checkpointer ``store`` names; ``stack`` closes them."""
+    from effectgate.graph import StepDurableSaver
+    from effectgate.ledger import SqliteLedger
+
+    if store is not None:
+        from effectgate._postgres_app import open_postgres_stores
+
+        return open_postgres_stores(stack, store, clock)
+    conn = _open_checkpoints(sd.checkpoints)
+    stack.callback(conn.close)
+    ledger = stack.enter_context(SqliteLedger(sd.ledger, clock=clock))
+    return ledger, StepDurableSaver(conn)

@@ -12,7 +12,7 @@ import pytest
 from effectgate._app import StateDir
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
-from effectgate.ledger import OpState, SqliteLedger
+from effectgate.ledger import Ledger, OpState, SqliteLedger
 from effectgate.testing.oracle import checkpoint_problems, world
 from tests.conftest import run_worker, worker_cmd
 
@@ -21,24 +21,34 @@ pytestmark = pytest.mark.crash
 NOTE = "incidents/orders-error-rate.md"
 
 
-def assert_incident_done_once(sd: StateDir, thread: str) -> dict[str, OpState]:
+def _ledger(sd: StateDir, store: str | None) -> Ledger:
+    if store is None:
+        return SqliteLedger(sd.ledger)
+    from effectgate.ledger import PostgresLedger
+
+    return PostgresLedger(store, pool_size=1)
+
+
+def assert_incident_done_once(
+    sd: StateDir, thread: str, store: str | None = None
+) -> dict[str, OpState]:
     """One ticket, one mail, the note's exact approved bytes, every op SUCCEEDED, history valid."""
     w = world(sd)
     assert (w.tickets, w.mails) == (1, 1), w.as_dict()
     assert w.duplicate_tickets == 0 and w.duplicate_mails == 0
-    with SqliteLedger(sd.ledger) as ledger:
+    with _ledger(sd, store) as ledger:
         ops = ledger.list(thread_id=thread)
         states = {op.tool: op.state for op in ops}
         note_op = next(op for op in ops if op.tool == "write_file")
         assert w.files == {NOTE: note_op.args["content"].encode()}
         assert ledger.list(states=[OpState.IN_FLIGHT, OpState.UNKNOWN]) == []
     assert states == {t: OpState.SUCCEEDED for t in ("create_ticket", "send_email", "write_file")}
-    assert checkpoint_problems(sd.checkpoints, thread) == []
+    assert checkpoint_problems(store or sd.checkpoints, thread) == []
     return states
 
 
-def attempts(sd: StateDir, thread: str) -> dict[str, int]:
-    with SqliteLedger(sd.ledger) as ledger:
+def attempts(sd: StateDir, thread: str, store: str | None = None) -> dict[str, int]:
+    with _ledger(sd, store) as ledger:
         return {op.tool: op.attempt for op in ledger.list(thread_id=thread)}
 
 

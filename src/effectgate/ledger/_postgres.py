@@ -193,6 +193,8 @@ SQL_RECORD_VERSION = f"INSERT INTO {VERSION_TABLE} (version, applied_at_ms) VALU
 SQL_MIGRATION_LOCK = (
     "SELECT pg_advisory_xact_lock(hashtext('effectgate.ledger:' || COALESCE(current_schema(), '')))"
 )
+SQL_SCHEMA_LOCK = "SELECT pg_advisory_lock(hashtext('effectgate.ledger.schema'))"
+SQL_SCHEMA_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.ledger.schema'))"
 SQL_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 SQL_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 SQL_NOT_DURABLE = "; SET LOCAL synchronous_commit = off"
@@ -512,8 +514,18 @@ class PostgresLedgerStore:
         except psycopg.ProgrammingError as exc:
             raise ConfigError(f"not a PostgreSQL connection string: {exc}") from exc
         with _translated(self._where):
-            if schema is not None:
-                self._create_schema(schema)
+            # One plain connection first: an unreachable server fails at once
+            # (the pool would retry until its timeout), and nothing is pooled
+            # before the schema is known to be ours.
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+                if schema is not None:
+                    conn.execute(SQL_SCHEMA_LOCK)
+                    conn.execute(
+                        pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema))
+                    )
+                    conn.execute(SQL_SCHEMA_UNLOCK)
+                self._configure(conn)
+                self._prepare(conn, migrate=migrate)
             self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
                 dsn,
                 min_size=1,
@@ -526,20 +538,9 @@ class PostgresLedgerStore:
             )
             try:
                 self._pool.open(wait=True, timeout=self._busy_s)
-                self._prepare(migrate=migrate)
             except BaseException:
                 self._pool.close()
                 raise
-
-    def _create_schema(self, schema: str) -> None:
-        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-            conn.execute("SELECT pg_advisory_lock(hashtext('effectgate.ledger.schema'))")
-            try:
-                conn.execute(
-                    pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema))
-                )
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtext('effectgate.ledger.schema'))")
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # Per connection, once: commits are synchronous unless a transaction
@@ -556,16 +557,15 @@ class PostgresLedgerStore:
             )
         conn.execute("; ".join(settings))
 
-    def _prepare(self, *, migrate: bool) -> None:
-        with self._pool.connection() as conn:
-            conn.execute(SQL_BEGIN_READ)
-            try:
-                version = self._inspect(conn)
-            finally:
-                conn.execute("ROLLBACK")
-            self._check_version(version, migrate=migrate)
-            if version < PG_LATEST_VERSION:
-                self._migrate(conn)
+    def _prepare(self, conn: psycopg.Connection[Any], *, migrate: bool) -> None:
+        conn.execute(SQL_BEGIN_READ)
+        try:
+            version = self._inspect(conn)
+        finally:
+            conn.execute("ROLLBACK")
+        self._check_version(version, migrate=migrate)
+        if version < PG_LATEST_VERSION:
+            self._migrate(conn)
 
     def _inspect(self, conn: psycopg.Connection[Any]) -> int:
         """Return the ledger schema version in the current schema; 0 for no ledger."""

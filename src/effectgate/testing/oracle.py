@@ -90,41 +90,53 @@ def checkpoint_problems(checkpoints: str | Path, thread_id: str) -> list[str]:
     """Check the message history of every checkpoint of a thread (invariant 6).
 
     Args:
-        checkpoints: the ``checkpoints.sqlite3`` file.
+        checkpoints: the ``checkpoints.sqlite3`` file, or a ``postgresql://``
+            URL of a PostgreSQL checkpoint store.
         thread_id: the thread.
 
     Returns:
         ``"<checkpoint_id>: <problem>"`` lines; empty when every checkpoint is valid.
     """
     from langgraph.checkpoint.sqlite import SqliteSaver
+
+    if str(checkpoints).startswith(("postgresql://", "postgres://")):
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(str(checkpoints)) as saver:
+            return _history_problems(saver, thread_id)
+    conn = sqlite3.connect(str(checkpoints), check_same_thread=False)
+    try:
+        return _history_problems(SqliteSaver(conn), thread_id)
+    finally:
+        conn.close()
+
+
+def _history_problems(saver: Any, thread_id: str) -> list[str]:
+    """``checkpoint_problems`` on an open saver."""
     from langgraph.graph import START, StateGraph
 
     from effectgate.graph import AgentState, history_problems
 
-    conn = sqlite3.connect(str(checkpoints), check_same_thread=False)
+    # The messages channel is a DeltaChannel: a checkpoint's blob holds only
+    # a marker, and the history is rebuilt from the writes of its ancestors.
+    # A graph over the same state schema does that reading; it never runs.
+    reader = (
+        StateGraph(AgentState)
+        .add_node("noop", lambda state: {})
+        .add_edge(START, "noop")
+        .compile(checkpointer=saver)
+    )
+    out: list[str] = []
+    # The reader has none of the thread's effect nodes; LangGraph warns
+    # about each pending Send to one. Only the messages are read here.
+    quiet = _DropUnknownNodeWarnings()
+    algo_logger = logging.getLogger("langgraph")
+    algo_logger.addFilter(quiet)
     try:
-        # The messages channel is a DeltaChannel: a checkpoint's blob holds only
-        # a marker, and the history is rebuilt from the writes of its ancestors.
-        # A graph over the same state schema does that reading; it never runs.
-        reader = (
-            StateGraph(AgentState)
-            .add_node("noop", lambda state: {})
-            .add_edge(START, "noop")
-            .compile(checkpointer=SqliteSaver(conn))
-        )
-        out: list[str] = []
-        # The reader has none of the thread's effect nodes; LangGraph warns
-        # about each pending Send to one. Only the messages are read here.
-        quiet = _DropUnknownNodeWarnings()
-        algo_logger = logging.getLogger("langgraph")
-        algo_logger.addFilter(quiet)
-        try:
-            for snap in reader.get_state_history({"configurable": {"thread_id": thread_id}}):
-                messages = snap.values.get("messages", [])
-                cid = snap.config["configurable"]["checkpoint_id"]
-                out += [f"{cid}: {p}" for p in history_problems(messages)]
-        finally:
-            algo_logger.removeFilter(quiet)
-        return out
+        for snap in reader.get_state_history({"configurable": {"thread_id": thread_id}}):
+            messages = snap.values.get("messages", [])
+            cid = snap.config["configurable"]["checkpoint_id"]
+            out += [f"{cid}: {p}" for p in history_problems(messages)]
     finally:
-        conn.close()
+        algo_logger.removeFilter(quiet)
+    return out

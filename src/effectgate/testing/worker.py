@@ -50,7 +50,7 @@ def _decisions(request: dict[str, Any], mode: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Run or resume the thread; return the process exit code."""
     sd = StateDir.open(args.state_dir)
-    with open_agent(sd, model=args.model, endpoints=_endpoints(sd)) as agent:
+    with open_agent(sd, model=args.model, endpoints=_endpoints(sd), store=args.store) as agent:
         try:
             result = agent.start(args.task, thread_id=args.thread, metadata={"model": args.model})
         except ConfigError:  # the thread exists: continue it
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default=DEFAULT_TASK)
     parser.add_argument("--approve", choices=["all", "none"], default="all")
     parser.add_argument("--max-reviews", type=int, default=20)
+    parser.add_argument("--store", default=None, help="a postgresql:// URL (default: SQLite)")
     args = parser.parse_args(argv)
     try:
         return run(args)

@@ -1,0 +1,134 @@
+"""``StepDurablePostgresSaver``: LangGraph's ``PostgresSaver`` with ``StepDurableSaver``'s rule.
+
+The rule is the one ``StepDurableSaver`` applies to SQLite: a task's writes
+(``put_writes``: one per finished task, plus resume and interrupt writes) may
+commit cheaply, a superstep's checkpoint (``put``) commits durably. On
+PostgreSQL "cheaply" is ``SET LOCAL synchronous_commit = off`` for the
+``put_writes`` transaction, and "durably" is ``synchronous_commit = on``, set
+on every pooled connection whatever the server's default.
+
+Why that loses nothing that matters (the PostgreSQL manual, "Asynchronous
+Commit", 30.4, and ``synchronous_commit`` in 20.5):
+
+- An asynchronous commit is visible to every session at once and survives the
+  death of the worker process (``kill -9``): it is in the server's WAL
+  buffers, which the WAL writer flushes within ``3 * wal_writer_delay``
+  (600 ms by default).
+- Only a crash of the database server can lose it, and only until the next
+  synchronous commit on that server, which flushes the WAL up to its own
+  record and so every earlier one. The superstep's checkpoint is such a
+  commit; so is every ledger claim and result.
+- What such a loss costs is what LangGraph already does after any crash in
+  the middle of a superstep: the tasks whose writes are lost run again. Their
+  side effects cannot repeat, because an effect node claims its operation in
+  the ledger (a synchronous commit) before calling the tool and records the
+  result before it returns; a re-run meets the ledger and reuses the receipt.
+  A lost resume write asks the reviewer again; a lost interrupt write re-runs
+  the review node, which raises the same interrupt.
+
+This saver keeps no memo of checkpoint lineage and has no ``head()``: the
+runner's resume shortcut is for ``StepDurableSaver``, other savers take the
+full path (correct, a few reads slower), and ``get_delta_channel_history`` is
+``PostgresSaver``'s own (one query per load, done by the server).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool
+
+__all__ = ["StepDurablePostgresSaver", "open_postgres_saver"]
+
+_SETUP_LOCK = "SELECT pg_advisory_lock(hashtext('effectgate.checkpoints.setup'))"
+_SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.checkpoints.setup'))"
+
+
+class StepDurablePostgresSaver(PostgresSaver):
+    """``PostgresSaver`` whose task writes commit asynchronously and checkpoints synchronously.
+
+    Args:
+        conn: a ``psycopg_pool.ConnectionPool`` (or one connection) of
+            ``autocommit=True``, ``row_factory=dict_row`` connections, as
+            ``PostgresSaver`` requires; ``open_postgres_saver`` builds one.
+        **kwargs: passed to ``PostgresSaver`` (e.g. ``serde``).
+    """
+
+    def __init__(self, conn: Any, **kwargs: Any) -> None:
+        super().__init__(conn, **kwargs)
+        self._local = threading.local()
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """``PostgresSaver.put_writes`` in one transaction at ``synchronous_commit = off``."""
+        self._local.writes = True
+        try:
+            super().put_writes(config, writes, task_id, task_path)
+        finally:
+            self._local.writes = False
+
+    @contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[psycopg.Cursor[DictRow]]:
+        if not getattr(self._local, "writes", False):
+            with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+            return
+        with super()._cursor(pipeline=pipeline) as cur, cur.connection.transaction():
+            cur.execute("SET LOCAL synchronous_commit = off")
+            yield cur
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET synchronous_commit = on")
+
+
+@contextmanager
+def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurablePostgresSaver]:
+    """Open a ``StepDurablePostgresSaver`` on a pool, with its tables set up; close the pool after.
+
+    ``PostgresSaver.setup`` (create or migrate the checkpoint tables) runs
+    under an advisory lock, so workers starting together do not race on it.
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URL.
+        pool_size: the most connections the pool opens (the saver serialises
+            its calls under one lock, so a few suffice).
+
+    Yields:
+        The saver.
+
+    Raises:
+        psycopg.Error: the server cannot be reached or refuses the setup.
+    """
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(_SETUP_LOCK)
+        try:
+            PostgresSaver(conn).setup()
+        finally:
+            conn.execute(_SETUP_UNLOCK)
+    pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=max(1, pool_size),
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        configure=_configure,
+        open=False,
+        name="effectgate-checkpoints",
+    )
+    pool.open(wait=True, timeout=30.0)
+    try:
+        yield StepDurablePostgresSaver(pool)
+    finally:
+        pool.close()

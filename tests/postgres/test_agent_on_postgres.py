@@ -1,0 +1,106 @@
+"""``open_agent(store="postgresql://...")``: ledger and checkpoints in PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from effectgate._app import StateDir, open_agent
+from effectgate.demo.services import DemoServices
+from effectgate.errors import ConfigError
+from effectgate.graph._pg_saver import StepDurablePostgresSaver, open_postgres_saver
+from effectgate.ledger import OpState, PostgresLedger
+from effectgate.testing.oracle import checkpoint_problems, world
+
+TASK = "Check the order service's error rate and handle any incident."
+
+
+def _approve_all(request: dict[str, Any]) -> dict[str, Any]:
+    return {"decisions": [{"type": "approve"} for _ in request["action_requests"]]}
+
+
+def test_incident_end_to_end_on_postgres(
+    services: DemoServices, state_dir: StateDir, postgres_url: str
+) -> None:
+    """The demo incident runs to the end with its ledger and checkpoints in PostgreSQL only."""
+    with open_agent(state_dir, endpoints=services.endpoints, store=postgres_url) as agent:
+        result = agent.start(TASK, thread_id="t1")
+        while result.status == "waiting_review":
+            result = agent.resume("t1", decisions=_approve_all(dict(result.interrupts[0].value)))
+        assert result.status == "done", result.error
+    w = world(state_dir)
+    assert (w.tickets, w.mails, w.duplicate_tickets) == (1, 1, 0)
+    with PostgresLedger(postgres_url) as ledger:
+        ops = ledger.list(thread_id="t1")
+        assert {op.tool: op.state for op in ops} == {
+            t: OpState.SUCCEEDED for t in ("create_ticket", "send_email", "write_file")
+        }
+        assert ledger.get_thread("t1") is not None
+    assert checkpoint_problems(postgres_url, "t1") == []
+    # nothing of the ledger or the checkpoints went to the state directory's SQLite files
+    assert not state_dir.ledger.exists() and not state_dir.checkpoints.exists()
+    with open_agent(state_dir, endpoints=services.endpoints, store=postgres_url) as agent:
+        assert agent.messages("t1")  # a new process-worth of pools reads the thread back
+
+
+def test_a_store_that_is_not_postgres_is_refused(state_dir: StateDir) -> None:
+    """Only postgresql:// URLs are stores; anything else is a ConfigError naming the scheme."""
+    with (
+        pytest.raises(ConfigError, match="'mysql': expected a postgresql:// URL"),
+        open_agent(state_dir, store="mysql://root@localhost/x"),
+    ):
+        pass
+
+
+def test_an_unreachable_server_is_a_config_error(state_dir: StateDir) -> None:
+    """A server that refuses connections is one ConfigError line, without the password."""
+    url = "postgresql://who:secret@127.0.0.1:1/nothing?connect_timeout=2"
+    with pytest.raises(ConfigError) as info, open_agent(state_dir, store=url):
+        pass
+    assert "127.0.0.1:1/nothing" in str(info.value) and "secret" not in str(info.value)
+
+
+class _Probe(StepDurablePostgresSaver):
+    """Records ``synchronous_commit`` as each write transaction sees it."""
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self.seen: list[tuple[str, str]] = []
+
+    @contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
+        with super()._cursor(pipeline=pipeline) as cur:
+            yield cur
+            if pipeline:
+                kind = "writes" if getattr(self._local, "writes", False) else "checkpoint"
+                cur.execute("SELECT current_setting('synchronous_commit') AS s")
+                self.seen.append((kind, cur.fetchone()["s"]))
+
+
+def test_task_writes_commit_asynchronously_checkpoints_synchronously(postgres_url: str) -> None:
+    """put_writes runs at synchronous_commit=off, put (the superstep's checkpoint) at on."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with open_postgres_saver(postgres_url) as plain:
+        probe = _Probe(plain.conn)
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        saved = probe.put(config, empty_checkpoint(), {"source": "input", "step": 0}, {})
+        probe.put_writes(saved, [("x", 1)], task_id="task-1")
+        probe.put(saved, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+        assert probe.seen == [("checkpoint", "on"), ("writes", "off"), ("checkpoint", "on")]
+        tup = probe.get_tuple(saved)
+        assert tup is not None and tup.pending_writes == [("task-1", "x", 1)]
+
+
+def test_setup_is_shared_by_workers_starting_together(postgres_url: str) -> None:
+    """Two savers opened on one empty schema both work (setup runs once, under a lock)."""
+    with open_postgres_saver(postgres_url) as a, open_postgres_saver(postgres_url) as b:
+        assert a.get_tuple({"configurable": {"thread_id": "none", "checkpoint_ns": ""}}) is None
+        assert b.get_tuple({"configurable": {"thread_id": "none", "checkpoint_ns": ""}}) is None
+    with psycopg.connect(postgres_url) as conn:
+        (n,) = conn.execute("SELECT COUNT(*) FROM checkpoint_migrations").fetchone() or (0,)
+    assert n > 0
