@@ -27,6 +27,10 @@ __all__ = ["DEFAULT_SYSTEM_PROMPT", "StateDir", "default_tools", "open_agent"]
 
 _MARKER = "effectgate.json"
 _FORMAT = 1
+_FORMAT_STORE = 2
+"""The marker's format when the ledger and checkpoints live in PostgreSQL: a build
+that knows only format 1 refuses the directory instead of opening an empty
+SQLite ledger beside the real one."""
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an operations agent. Use the tools to act. Every side-effecting call is "
@@ -42,9 +46,12 @@ class StateDir:
     Layout: ``checkpoints.sqlite3`` (LangGraph), ``ledger.sqlite3`` (operations,
     approvals, events, threads, leases), ``workspace/`` (the file tools' root),
     ``services/`` (the demo systems' own data), ``effectgate.json`` (marker).
+    With ``store`` set (a ``postgresql://`` URL, recorded in the marker without
+    its password) the ledger and checkpoints live there instead of the two files.
     """
 
     root: Path
+    store: str | None = None
 
     @property
     def checkpoints(self) -> Path:
@@ -66,14 +73,36 @@ class StateDir:
         """The demo ticket service's and mail sink's own data."""
         return self.root / "services"
 
+    def open_ledger(self) -> Ledger:
+        """Open this state's ledger: the SQLite file, or ``PostgresLedger`` on ``store``."""
+        if self.store is not None:
+            from effectgate.ledger import PostgresLedger
+
+            return PostgresLedger(self.store)
+        from effectgate.ledger import SqliteLedger
+
+        return SqliteLedger(self.ledger)
+
+    def has_ledger(self) -> bool:
+        """Tell whether a ledger may hold anything yet (its SQLite file exists, or a store)."""
+        return self.store is not None or self.ledger.is_file()
+
     @classmethod
-    def open(cls, path: str | Path, *, create: bool = True) -> StateDir:
+    def open(cls, path: str | Path, *, create: bool = True, store: str | None = None) -> StateDir:
         """Open (and by default create) a state directory.
+
+        Args:
+            path: the directory.
+            create: create it if missing.
+            store: a ``postgresql://`` URL for the ledger and checkpoints; a new
+                directory records it, an existing one must already use it.
+                ``None``: whatever the directory records (SQLite by default).
 
         Raises:
             ConfigError: the path is a file, or a non-empty directory that is not
                 an effectgate state directory, or it does not exist and
-                ``create`` is false. Nothing is written in these cases.
+                ``create`` is false, or ``store`` is not the one the directory
+                uses. Nothing is written in these cases.
         """
         root = Path(path).expanduser().resolve()
         marker = root / _MARKER
@@ -94,10 +123,23 @@ class StateDir:
                 found = json.loads(marker.read_text() or "{}").get("format")
             except (ValueError, AttributeError) as exc:
                 raise ConfigError(f"{marker} is not an effectgate marker file: {exc}") from exc
-            if found != _FORMAT:
+            if found not in (_FORMAT, _FORMAT_STORE):
                 raise ConfigError(f"{marker}: state format {found!r}, expected {_FORMAT}")
+        bound = None
+        if store is not None or _records_store(marker):
+            from effectgate._postgres_app import bind_store
+
+            bound = bind_store(root, marker, store, _FORMAT_STORE)
         (root / "workspace").mkdir(exist_ok=True)
-        return cls(root)
+        return cls(root, bound)
+
+
+def _records_store(marker: Path) -> bool:
+    """Tell whether a marker file records an external store (format 2)."""
+    try:
+        return bool(json.loads(marker.read_text() or "{}").get("format") == _FORMAT_STORE)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def default_tools(workspace: Path, endpoints: ServiceEndpoints | None = None) -> list[ToolSpec]:
@@ -170,10 +212,10 @@ def open_agent(
     from effectgate.graph import Agent
     from effectgate.models import make_model
 
-    sd = state_dir if isinstance(state_dir, StateDir) else StateDir.open(state_dir)
+    sd = state_dir if isinstance(state_dir, StateDir) else StateDir.open(state_dir, store=store)
     chat = make_model(model, **dict(model_options or {})) if isinstance(model, str) else model
     with ExitStack() as stack:
-        ledger, saver = _open_stores(stack, sd, store, clock)
+        ledger, saver = _open_stores(stack, sd, store or sd.store, clock)
         agent = Agent(
             chat,
             list(tools) if tools is not None else default_tools(sd.workspace, endpoints),

@@ -5,7 +5,9 @@ Kept apart from ``_app`` so that the SQLite default never imports psycopg.
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effectgate.errors import ConfigError
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from effectgate._clock import Clock
     from effectgate.ledger import Ledger
 
-__all__ = ["open_postgres_stores"]
+__all__ = ["bind_store", "check_store_url", "open_postgres_stores"]
 
 
 def open_postgres_stores(
@@ -39,11 +41,7 @@ def open_postgres_stores(
         ConfigError: ``store`` is not a PostgreSQL URL, the ``postgres`` extra
             is not installed, or the server cannot be used.
     """
-    if not store.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            f"store {store.partition('://')[0]!r}: expected a postgresql:// URL "
-            "(or no --store for the SQLite files of the state directory)"
-        )
+    check_store_url(store)
     try:
         import psycopg
 
@@ -61,3 +59,61 @@ def open_postgres_stores(
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"cannot use checkpoint database {redacted(store)}: {first}") from exc
     return ledger, saver
+
+
+def check_store_url(store: str) -> None:
+    """Refuse anything but a ``postgresql://`` URL, naming only its scheme.
+
+    Raises:
+        ConfigError: ``store`` is not a PostgreSQL URL.
+    """
+    if not store.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"store {store.partition('://')[0]!r}: expected a postgresql:// URL "
+            "(or no --store for the SQLite files of the state directory)"
+        )
+
+
+def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -> str | None:
+    """Return the store a state directory uses, recording a new one in its marker.
+
+    A state directory keeps one ledger for life: running its workspace against
+    a second, empty ledger would repeat every effect the first one recorded.
+    So the first ``--store`` is written to the marker (without a password:
+    give it again, or through ``PGPASSWORD`` / ``~/.pgpass``), and a later one
+    must name the same server, database and options.
+
+    Args:
+        root: the state directory.
+        marker: its ``effectgate.json``.
+        store: the URL given now, or ``None``.
+        store_format: the marker format that records a store.
+
+    Returns:
+        The URL to connect with: ``store`` if given, else the recorded one.
+
+    Raises:
+        ConfigError: ``store`` is not a PostgreSQL URL, the directory already
+            keeps its ledger in SQLite, or it records a different store.
+    """
+    data = json.loads(marker.read_text() or "{}")
+    recorded = data.get("store")
+    if store is None:
+        return str(recorded) if recorded else None
+    check_store_url(store)
+    from effectgate.ledger._postgres import redacted, same_database, without_password
+
+    if not recorded:
+        if (root / "ledger.sqlite3").exists() or (root / "checkpoints.sqlite3").exists():
+            raise ConfigError(
+                f"{root} keeps its ledger in SQLite; --store cannot move it there "
+                "(use a new state directory for a PostgreSQL store)"
+            )
+        marker.write_text(json.dumps({"format": store_format, "store": without_password(store)}))
+        return store
+    if not same_database(str(recorded), store):
+        raise ConfigError(
+            f"{root} keeps its ledger and checkpoints in {redacted(str(recorded))}, "
+            f"not {redacted(store)}"
+        )
+    return store

@@ -57,6 +57,16 @@ StateDirOpt = Annotated[
         help="State directory (checkpoints.sqlite3, ledger.sqlite3, workspace/, services/).",
     ),
 ]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="EFFECTGATE_STORE",
+        metavar="URL",
+        help="postgresql://... : keep the ledger and checkpoints in PostgreSQL (recorded in the "
+        "state directory, which keeps it for life; default: its SQLite files).",
+    ),
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")
 ]
@@ -137,6 +147,8 @@ def _flags(
     decisions: Path | None,
     reviewer: str | None,
     crash_at: str | None,
+    *,
+    store: str | None = None,
 ) -> RunFlags:
     return RunFlags(
         state_dir=state_dir,
@@ -144,6 +156,7 @@ def _flags(
         decisions=decisions,
         reviewer=_reviewer(reviewer),
         crash_at=crash_at,
+        store=store,
     )
 
 
@@ -151,6 +164,7 @@ def _flags(
 def demo(
     *,
     state_dir: StateDirOpt = _DEFAULT_STATE,
+    store: StoreOpt = None,
     approve: ApproveOpt = None,
     decisions: DecisionsOpt = None,
     thread: ThreadOpt = None,
@@ -177,7 +191,7 @@ def demo(
     thread = thread or new_thread_id("demo")
     with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
         code = run_demo(
-            _flags(state_dir, approve, decisions, reviewer, crash_at),
+            _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,
             thread_id=thread,
             error_rate=error_rate,
@@ -194,6 +208,7 @@ def run(
         typer.Option("--model", help="'scripted:<name or path.yaml|json>' or 'openai:<model>'."),
     ],
     state_dir: StateDirOpt = _DEFAULT_STATE,
+    store: StoreOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
     max_retries: Annotated[
@@ -223,7 +238,7 @@ def run(
     thread = thread or new_thread_id("run")
     with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
         code = run_task(
-            _flags(state_dir, approve, decisions, reviewer, crash_at),
+            _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,
             task=task,
             model_spec=model,
@@ -241,6 +256,7 @@ def resume(
         str, typer.Option("--thread", callback=_id_flag, help="The thread to continue.")
     ],
     state_dir: StateDirOpt = _DEFAULT_STATE,
+    store: StoreOpt = None,
     approve: ApproveOpt = None,
     decisions: DecisionsOpt = None,
     json_out: JsonOpt = False,
@@ -273,7 +289,7 @@ def resume(
     output = Output(json_mode=json_out)
     with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
         code = run_resume(
-            _flags(state_dir, approve, decisions, reviewer, crash_at),
+            _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,
             thread_id=thread,
             model_options={"base_url": base_url, "api_key": api_key},

@@ -64,12 +64,10 @@ def _existing(path: Path) -> StateDir:
 
 @contextlib.contextmanager
 def _ledger(sd: StateDir) -> Iterator[Ledger | None]:
-    from effectgate.ledger import SqliteLedger
-
-    if not sd.ledger.is_file():
+    if not sd.has_ledger():
         yield None
         return
-    ledger = SqliteLedger(sd.ledger)
+    ledger = sd.open_ledger()
     try:
         yield ledger
     finally:

@@ -91,6 +91,8 @@ class RunFlags:
     decisions: Path | None = None
     reviewer: str = "cli"
     crash_at: str | None = None
+    store: str | None = None
+    """``--store``: a ``postgresql://`` URL for the ledger and checkpoints, or ``None``."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -129,16 +131,16 @@ def stored_model_spec(spec: str) -> str:
 def _check_verdict_operations(state_dir: Path, source: FileDecisions, path: Path) -> None:
     """Refuse verdicts naming operations the ledger does not hold, before anything runs."""
     from effectgate._app import StateDir
-    from effectgate.ledger import SqliteLedger
 
     wanted = source.verdict_operations
     if not wanted:
         return
     known: set[str] = set()
-    sd_ledger = state_dir.expanduser() / "ledger.sqlite3"
-    if sd_ledger.is_file():
-        StateDir.open(state_dir, create=False)  # refuses a directory that is not ours
-        ledger = SqliteLedger(sd_ledger)
+    marker = state_dir.expanduser() / "effectgate.json"
+    # StateDir.open refuses a directory that is not ours
+    sd = StateDir.open(state_dir, create=False) if marker.is_file() else None
+    if sd is not None and sd.has_ledger():
+        ledger = sd.open_ledger()
         try:
             known = {op_id for op_id in wanted if ledger.get(op_id) is not None}
         finally:
@@ -219,11 +221,9 @@ def thread_record(sd: StateDir, thread_id: str) -> Mapping[str, Any]:
     Raises:
         ConfigError: the state directory has no ledger, or no such thread.
     """
-    from effectgate.ledger import SqliteLedger
-
-    if not sd.ledger.is_file():
+    if not sd.has_ledger():
         raise ConfigError(f"unknown thread {thread_id!r}: {sd.root} has no ledger yet")
-    ledger = SqliteLedger(sd.ledger)
+    ledger = sd.open_ledger()
     try:
         record = ledger.get_thread(thread_id)
     finally:
@@ -393,7 +393,7 @@ def run_demo(
     model = _model(DEMO_MODEL, {})
     if error_rate is not None and not 0.0 <= error_rate <= 1.0:
         raise ConfigError(f"--error-rate must be a fraction in [0, 1], got {error_rate}")
-    sd = StateDir.open(flags.state_dir)
+    sd = StateDir.open(flags.state_dir, store=flags.store)
     thread = thread_id or new_thread_id("demo")
     metadata = {"kind": "demo", "model": DEMO_MODEL, "services": True}
     plan = _Plan(
@@ -430,7 +430,7 @@ def run_task(
     crash = check_failpoint(flags.crash_at)
     _check_crash_tools(crash, flags.state_dir, services=with_services)
     model = _model(model_spec, model_options)
-    sd = StateDir.open(flags.state_dir)
+    sd = StateDir.open(flags.state_dir, store=flags.store)
     thread = thread_id or new_thread_id("run")
     stored = {k: v for k, v in model_options.items() if k != "api_key" and v is not None}
     metadata = {
@@ -474,7 +474,7 @@ def run_resume(
 
     source = _source(flags, output)
     crash = check_failpoint(flags.crash_at)
-    sd = StateDir.open(flags.state_dir, create=False)
+    sd = StateDir.open(flags.state_dir, create=False, store=flags.store)
     meta = thread_record(sd, thread_id)
     with inspection_agent(sd) as reader:
         status = reader.status(thread_id)

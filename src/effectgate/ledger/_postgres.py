@@ -96,7 +96,15 @@ from effectgate.ledger._store import (
     WriteOnce,
 )
 
-__all__ = ["DatabaseClock", "PostgresLedger", "PostgresLedgerStore", "is_postgres_url", "redacted"]
+__all__ = [
+    "DatabaseClock",
+    "PostgresLedger",
+    "PostgresLedgerStore",
+    "is_postgres_url",
+    "redacted",
+    "same_database",
+    "without_password",
+]
 
 _OP_COLUMNS = ", ".join(codec.OPERATION_COLUMNS)
 _OP_PARAMS = ", ".join(["%s"] * len(codec.OPERATION_COLUMNS))
@@ -230,6 +238,32 @@ def redacted(dsn: str) -> str:
         return "(unparsable DSN)"
     host = parts.get("host") or parts.get("hostaddr") or "localhost"
     return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
+
+
+def _identity(dsn: str) -> dict[str, str]:
+    parts = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    parts.pop("password", None)
+    parts.setdefault("port", "5432")
+    return parts
+
+
+def same_database(a: str, b: str) -> bool:
+    """Tell whether two DSNs name the same server, database, user and options (password aside)."""
+    return _identity(a) == _identity(b)
+
+
+def without_password(dsn: str) -> str:
+    """Return ``dsn`` as a ``postgresql://`` URL without its password (safe to write to a file)."""
+    from urllib.parse import quote, urlencode
+
+    parts = _identity(dsn)
+    user = parts.pop("user", "")
+    host = parts.pop("host", "localhost")
+    port = parts.pop("port")
+    dbname = parts.pop("dbname", "")
+    auth = f"{quote(user, safe='')}@" if user else ""
+    query = f"?{urlencode(parts, quote_via=quote)}" if parts else ""
+    return f"postgresql://{auth}{host}:{port}/{quote(dbname, safe='')}{query}"
 
 
 def _translate(exc: BaseException, where: str) -> Exception:

@@ -1,0 +1,61 @@
+"""``effectgate demo --store postgresql://...``: the state directory remembers its store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from effectgate.ledger import OpState, PostgresLedger
+from tests.cli.conftest import eg
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_on_postgres_then_every_command_follows_the_marker(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """One --store on the first run; threads and ledger list read PostgreSQL without it."""
+    state = tmp_path / "state"
+    ran = eg("demo", "--state-dir", str(state), "--store", postgres_url, "--approve", "all",
+             "--thread", "t1", "--json", timeout=120)  # fmt: skip
+    assert ran.code == 0, ran.stderr[-2000:]
+    assert not (state / "ledger.sqlite3").exists()
+    assert not (state / "checkpoints.sqlite3").exists()
+    marker = json.loads((state / "effectgate.json").read_text())
+    assert marker["format"] == 2 and "search_path" in marker["store"]
+    with PostgresLedger(postgres_url) as ledger:
+        states = {op.tool: op.state for op in ledger.list(thread_id="t1")}
+    assert set(states.values()) == {OpState.SUCCEEDED} and len(states) == 3
+    listed = eg("ledger", "list", "--state-dir", str(state), "--json")
+    assert listed.code == 0, listed.stderr
+    assert {op["id"] for op in listed.json["operations"]} == set(_ids(postgres_url))
+    threads = eg("threads", "--state-dir", str(state), "--json")
+    assert threads.code == 0 and [t["thread_id"] for t in threads.json["threads"]] == ["t1"]
+
+
+def test_a_state_directory_keeps_its_store(tmp_path: Path, postgres_url: str) -> None:
+    """Another store, or a store for a directory that uses SQLite, is refused (exit 2)."""
+    state = tmp_path / "pg"
+    first = eg("demo", "--state-dir", str(state), "--store", postgres_url, "--approve", "none",
+               "--thread", "t1", "--json", timeout=120)  # fmt: skip
+    assert first.code == 0, first.stderr[-2000:]
+    other = postgres_url.replace("search_path%3D", "search_path%3Dother_")
+    refused = eg("demo", "--state-dir", str(state), "--store", other, "--approve", "all")
+    assert refused.code == 2 and "keeps its ledger and checkpoints in" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    sqlite_state = tmp_path / "sqlite"
+    assert eg("demo", "--state-dir", str(sqlite_state), "--approve", "all", "--json",
+              timeout=120).code == 0  # fmt: skip
+    moved = eg("demo", "--state-dir", str(sqlite_state), "--store", postgres_url)
+    assert moved.code == 2 and "keeps its ledger in SQLite" in moved.stderr
+    bad = eg("demo", "--state-dir", str(tmp_path / "x"), "--store", "mysql://u:pw@h/db")
+    assert bad.code == 2 and "expected a postgresql:// URL" in bad.stderr
+    assert "pw" not in bad.stderr
+
+
+def _ids(url: str) -> list[str]:
+    with PostgresLedger(url) as ledger:
+        return [op.operation_id for op in ledger.list()]
