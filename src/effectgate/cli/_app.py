@@ -436,3 +436,52 @@ def ledger_events(
     with handled(output):
         code = _inspect.ledger_events(state_dir, output, thread_id=thread, operation_id=operation)
     raise typer.Exit(code)
+
+
+@app.command(epilog=EXIT_CODE_HELP)
+def worker(
+    *,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    store: StoreOpt = None,
+    processes: Annotated[
+        int, typer.Option("--processes", min=1, help="Worker processes to run here.")
+    ] = 1,
+    model: Annotated[
+        str, typer.Option("--model", help="The model spec for every thread this worker runs.")
+    ] = "scripted:incident",
+    approve: ApproveOpt = None,
+    until_idle: Annotated[
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Exit once every thread is done or waits for a person (default: keep polling).",
+        ),
+    ] = False,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl", min=0.5, help="Seconds a dead worker's threads stay held (renewed live)."
+        ),
+    ] = 30.0,
+) -> None:
+    """Take threads that are ready to run (new, unfinished; reviews with --approve), leased.
+
+    Run it on one or many machines against the same --store: each thread runs
+    in one worker at a time; a dead worker's threads are taken over after its
+    lease expires (at once on the same host), repeating no effect. One JSON
+    line per run on stdout.
+    """
+    from effectgate._workers import worker_main
+
+    output = Output(json_mode=True)
+    with handled(output):
+        code = worker_main(
+            state_dir,
+            store=store,
+            processes=processes,
+            model=model,
+            approve=approve.value if approve else None,
+            until_idle=until_idle,
+            lease_ttl_s=lease_ttl,
+        )
+    raise typer.Exit(code)

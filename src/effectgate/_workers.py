@@ -1,0 +1,275 @@
+"""``effectgate worker``: processes that take threads ready to run, each under its lease.
+
+A worker scans the threads recorded in the ledger and takes the ones it can
+move forward:
+
+- **new**: recorded (``submit``) but never run: it starts them;
+- **unfinished**: stopped with tasks left and nothing to ask (a worker died
+  mid-run, or a run was cut short): it resumes them;
+- **waiting for review**: only with a review policy (``approve="all"`` or
+  ``"none"``, for demos, tests and benchmarks); otherwise they wait for a
+  person (``effectgate resume --decisions``).
+
+Every run goes through ``Agent.start`` / ``Agent.resume``, so through the
+thread lease and the runner's recovery rules: a thread whose lease a live
+worker holds is skipped; a dead worker's lease is taken over at once when its
+process is proven gone (same host), otherwise after the lease expires by the
+database's clock; its IN_FLIGHT attempts become UNKNOWN and are settled by
+each tool's contract, and an attempt whose worker is not proven gone is
+never repeated blindly (``effectgate._process``).
+
+Many workers may run on one machine (``processes``) or on many (each runs
+``effectgate worker`` against the same ``--store``).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from effectgate._process import owner_is_gone
+from effectgate.errors import ConfigError, ThreadBusyError
+
+if TYPE_CHECKING:
+    from effectgate.graph import Agent, RunResult
+
+__all__ = [
+    "Readiness",
+    "WorkerOptions",
+    "readiness",
+    "report_line",
+    "run_worker_processes",
+    "submit",
+    "work",
+    "worker_main",
+]
+
+
+class Readiness(enum.StrEnum):
+    """What a worker can do with a thread now."""
+
+    NEW = "new"
+    UNFINISHED = "unfinished"
+    REVIEW = "review"
+    """Waiting at a review (or reconciliation) interrupt."""
+    DONE = "done"
+    HELD = "held"
+    """Another worker's lease is live."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """How a worker runs.
+
+    ``approve``: ``"all"``, ``"none"`` or ``None`` (leave reviews to people);
+    ``poll_s``: seconds between scans when nothing was ready; ``until_idle``:
+    exit once every thread is done or waits for a person (none new,
+    unfinished or held by a lease); ``reviewer``: name on automatic approvals.
+    """
+
+    approve: str | None = None
+    poll_s: float = 0.5
+    until_idle: bool = False
+    reviewer: str = "worker"
+
+
+def submit(
+    agent: Agent, task: str, *, thread_id: str, metadata: Mapping[str, Any] | None = None
+) -> None:
+    """Record a new thread for workers to start (nothing runs here).
+
+    Raises:
+        ConfigError: the task is blank, or the thread exists with another task.
+    """
+    if not task.strip():
+        raise ConfigError("the task is empty: say what the agent should do")
+    existing = agent.ledger.get_thread(thread_id)
+    if existing is not None and dict(existing.input) != {"task": task}:
+        raise ConfigError(f"thread {thread_id!r} already exists with another task")
+    agent.ledger.record_thread(thread_id, {"task": task}, dict(metadata or {}))
+
+
+def readiness(agent: Agent, thread_id: str) -> Readiness:
+    """Classify one thread for a worker (see ``Readiness``); reads the lease and the checkpoint."""
+    ledger = agent.ledger
+    with ledger.store.read() as r:
+        lease = r.get_lease(thread_id)
+    if (
+        lease is not None
+        and lease.owner != agent.worker
+        and lease.expires_at > ledger.clock.now()
+        and not owner_is_gone(lease.owner)  # a dead holder's lease is taken over at once
+    ):
+        return Readiness.HELD
+    snapshot = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
+    if snapshot.metadata is None:
+        return Readiness.NEW
+    if snapshot.interrupts:
+        return Readiness.REVIEW
+    return Readiness.UNFINISHED if snapshot.next else Readiness.DONE
+
+
+def _answer(result: RunResult, approve: str, reviewer: str) -> dict[str, Any] | None:
+    item = result.interrupts[0].value if result.interrupts else None
+    if not isinstance(item, Mapping) or item.get("type") != "review":
+        return None  # a reconciliation verdict is a person's call
+    kind = "approve" if approve == "all" else "reject"
+    return {
+        "decisions": [{"type": kind} for _ in item.get("action_requests", ())],
+        "reviewer": reviewer,
+    }
+
+
+def _run_one(agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions) -> RunResult:
+    if state is Readiness.NEW:
+        record = agent.ledger.get_thread(thread_id)
+        task = str(record.input.get("task", "")) if record is not None else ""
+        meta = dict(record.metadata) if record is not None else {}
+        result = agent.start(task, thread_id=thread_id, metadata=meta)
+    else:
+        result = agent.resume(thread_id)
+    while opts.approve and result.status == "waiting_review":
+        answer = _answer(result, opts.approve, opts.reviewer)
+        if answer is None:
+            break
+        result = agent.resume(thread_id, decisions=answer)
+    return result
+
+
+def work(
+    agent: Agent,
+    opts: WorkerOptions,
+    *,
+    say: Callable[[Mapping[str, Any]], None] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Take ready threads until stopped (or idle, with ``until_idle``); return how many runs.
+
+    Args:
+        agent: an agent on the shared store (``open_agent(..., store=...)``).
+        opts: the worker's options.
+        say: receives one JSON-compatible line per run (thread, status).
+        stop: once set, no new run starts (pair it with ``agent.request_stop``
+            to end the current run at a superstep boundary).
+
+    Returns:
+        The number of runs this worker made.
+    """
+    stop = stop or threading.Event()
+    runs = 0
+    while not stop.is_set():
+        moved = held = 0
+        for record in agent.ledger.list_threads():
+            if stop.is_set():
+                break
+            state = readiness(agent, record.thread_id)
+            if state is Readiness.HELD:
+                held += 1
+            takes_review = state is Readiness.REVIEW and opts.approve is not None
+            if state not in (Readiness.NEW, Readiness.UNFINISHED) and not takes_review:
+                continue
+            try:
+                result = _run_one(agent, record.thread_id, state, opts)
+            except ThreadBusyError:
+                held += 1  # another worker took it between the look and the lease
+                continue
+            runs += 1
+            moved += 1
+            if say is not None:
+                say({"thread_id": record.thread_id, "was": state.value, "status": result.status})
+        if moved == 0:
+            if opts.until_idle and held == 0:
+                return runs
+            stop.wait(opts.poll_s)
+    return runs
+
+
+def run_worker_processes(argv: Sequence[str], processes: int) -> int:
+    """Run ``processes`` copies of the worker command line; return the worst exit code.
+
+    SIGINT and SIGTERM are passed on to every child, which finishes its run
+    (a stop request) and exits.
+
+    Args:
+        argv: the arguments after ``effectgate`` for one worker (``--processes 1``).
+        processes: how many to run.
+    """
+    children = [
+        subprocess.Popen([sys.executable, "-m", "effectgate.cli", *argv]) for _ in range(processes)
+    ]
+
+    def forward(signum: int, _frame: Any) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return max(codes, key=lambda c: (c != 0, abs(c)))
+
+
+def report_line(data: Mapping[str, Any]) -> None:
+    """Print one JSON line on stdout (the worker's progress format)."""
+    print(json.dumps(dict(data), default=str), flush=True)
+
+
+def worker_main(
+    state_dir: Path,
+    *,
+    store: str | None,
+    processes: int,
+    model: str,
+    approve: str | None,
+    until_idle: bool,
+    lease_ttl_s: float,
+) -> int:
+    """``effectgate worker``: run ``processes`` workers on a state directory; return the exit code.
+
+    The demo services' addresses are read from ``services/endpoints.json``
+    when present (``effectgate services`` writes it), so the ticket and mail
+    tools reach them; the model is ``model`` for every thread.
+
+    Raises:
+        ConfigError: bad state directory, store or model specification.
+    """
+    from effectgate._app import StateDir, open_agent
+    from effectgate.demo.services import ServiceEndpoints
+
+    sd: StateDir = StateDir.open(state_dir, store=store)
+    if processes > 1:
+        argv = ["worker", "--state-dir", str(sd.root), "--processes", "1", "--model", model]
+        argv += ["--lease-ttl", str(lease_ttl_s)]
+        argv += ["--approve", approve] if approve else []
+        argv += ["--until-idle"] if until_idle else []
+        argv += ["--store", store] if store else []
+        return run_worker_processes(argv, processes)
+    found = sd.services / "endpoints.json"
+    endpoints = ServiceEndpoints(**json.loads(found.read_text())) if found.is_file() else None
+    opts = WorkerOptions(approve=approve, until_idle=until_idle)
+    with open_agent(sd, model=model, endpoints=endpoints, lease_ttl_s=lease_ttl_s) as agent:
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            stop.set()
+            agent.request_stop(f"worker stopping ({signal.Signals(signum).name})")
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            runs = work(agent, opts, say=report_line, stop=stop)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        report_line({"worker": agent.worker, "runs": runs, "stopped": stop.is_set()})
+    return 0

@@ -1,0 +1,69 @@
+"""``effectgate worker`` on PostgreSQL: workers share threads; a dead one's are taken over."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from effectgate._app import StateDir, open_agent
+from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate._workers import submit
+from effectgate.demo.services import DemoServices
+from effectgate.ledger import OpState, PostgresLedger
+from effectgate.testing.oracle import world
+
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
+
+TASK = "Check the order service's error rate and handle any incident."
+
+
+def _worker(sd: StateDir, *extra: str, failpoint: str | None = None) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
+    if failpoint:
+        env["EFFECTGATE_FAILPOINT"] = failpoint
+    cmd = [sys.executable, "-m", "effectgate.cli", "worker", "--state-dir", str(sd.root)]
+    return subprocess.Popen(
+        [*cmd, "--approve", "all", "--until-idle", "--lease-ttl", "3", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_a_worker_killed_at_a_seam_has_its_thread_finished_by_another(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Worker A dies after the ticket service committed; worker B finishes every thread, once."""
+    sd = StateDir.open(tmp_path / "state", store=postgres_url)
+    with DemoServices(sd.services) as services:
+        services.set_error_rate("orders", 0.12)
+        with open_agent(sd) as agent:
+            for n in range(3):
+                submit(agent, TASK, thread_id=f"t{n}")
+        a = _worker(sd, failpoint=f"{Failpoint.AFTER_EXTERNAL_COMMIT}@send_email")
+        _, err_a = a.communicate(timeout=180)
+        assert a.returncode == EXIT_CODE, err_a[-2000:]
+        with PostgresLedger(postgres_url) as ledger:
+            left = ledger.list(states=[OpState.IN_FLIGHT])
+        assert [op.tool for op in left] == ["send_email"]  # the kill left one attempt open
+        b = _worker(sd, "--processes", "2")
+        out_b, err_b = b.communicate(timeout=300)
+        assert b.returncode == 0, err_b[-2000:]
+        runs = [json.loads(line) for line in out_b.splitlines() if '"thread_id"' in line]
+        assert {r["thread_id"] for r in runs} == {"t0", "t1", "t2"}
+        assert {r["status"] for r in runs} == {"done"}
+        # the systems' own records: one ticket (one incident), one mail per thread, no repeats
+        w = world(sd)
+        assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 3, 0, 0)
+        assert services.stats("tickets")["tickets"] == 1
+    with PostgresLedger(postgres_url) as ledger:
+        ops = ledger.list()
+        assert {op.state for op in ops} == {OpState.SUCCEEDED}
+        mail = next(op for op in ops if op.operation_id == left[0].operation_id)
+        assert mail.attempt == 1  # found by Message-ID on recovery, not sent again
