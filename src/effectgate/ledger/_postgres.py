@@ -54,7 +54,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -649,7 +649,9 @@ class PostgresLedgerStore:
                 yield conn
             finally:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.execute("ROLLBACK")
+                    # a broken connection: the pool discards it; keep the first error
+                    with suppress(psycopg.OperationalError):
+                        conn.execute("ROLLBACK")
 
     @contextmanager
     def read(self) -> Iterator[StoreReader]:
