@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,40 @@ def test_a_worker_killed_at_a_seam_has_its_thread_finished_by_another(
         assert {op.state for op in ops} == {OpState.SUCCEEDED}
         mail = next(op for op in ops if op.operation_id == left[0].operation_id)
         assert mail.attempt == 1  # found by Message-ID on recovery, not sent again
+
+
+def test_workers_sigkilled_at_random_moments_lose_and_repeat_nothing(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Two workers on slow services, one SIGKILLed at a random moment each trial; then finish."""
+    rng = random.Random(19)
+    sd = StateDir.open(tmp_path / "state", store=postgres_url)
+    killed = 0
+    with DemoServices(sd.services) as services:
+        services.set_error_rate("orders", 0.12)
+        services.set_fault("tickets", "slow", delay_s=0.3, times=1000)
+        services.set_fault("mail", "slow", delay_s=0.3, times=1000)
+        with open_agent(sd) as agent:
+            for n in range(4):
+                submit(agent, TASK, thread_id=f"t{n}")
+        for _ in range(2):
+            pair = [_worker(sd), _worker(sd)]
+            time.sleep(rng.uniform(2.0, 5.0))
+            victim = pair[rng.randrange(2)]
+            if victim.poll() is None:
+                victim.send_signal(signal.SIGKILL)
+                killed += 1
+            for proc in pair:
+                proc.communicate(timeout=300)
+        final = _worker(sd)
+        _, err = final.communicate(timeout=300)
+        assert final.returncode == 0, err[-2000:]
+        w = world(sd)
+        assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 4, 0, 0)
+    assert killed > 0  # a kill landed, or this proved nothing
+    with PostgresLedger(postgres_url) as ledger:
+        ops = ledger.list()
+        assert {op.state for op in ops} == {OpState.SUCCEEDED}
+        # the incident's ticket is one operation shared by the threads; mail and note per thread
+        tools = sorted(op.tool for op in ops)
+        assert tools == ["create_ticket"] + ["send_email"] * 4 + ["write_file"] * 4
