@@ -56,6 +56,7 @@ def run_worker(
     model: str = "scripted:incident",
     approve: str = "all",
     timeout: float = 60.0,
+    api: str = "sync",
 ) -> WorkerRun:
     """Run ``effectgate.testing.worker`` in a new process and wait for it."""
     env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
@@ -74,6 +75,8 @@ def run_worker(
             model,
             "--approve",
             approve,
+            "--api",
+            api,
         ],
         capture_output=True,
         text=True,

@@ -15,6 +15,7 @@ supervisor procedure of langgraph-semantics §12:
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import threading
@@ -157,7 +158,9 @@ class Agent:
         self.lease_wait_s = lease_wait_s
         self.recursion_limit = recursion_limit
         self.on_event = on_event
-        self._control: RunControl | None = None
+        self._controls: dict[int, RunControl] = {}
+        """The runs under way, by the OS thread running each (several at once
+        through the async API)."""
         self._stop_reason: str | None = None
         """Set by ``request_stop``; sticky, so a stop asked between runs is not lost."""
         self._keeper = _LeaseKeeper(
@@ -296,8 +299,65 @@ class Agent:
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""
         self._stop_reason = reason
-        if self._control is not None:
-            self._control.request_drain(reason)
+        for control in list(self._controls.values()):
+            control.request_drain(reason)
+
+    # ------------------------------------------------------------------ async
+
+    async def astart(
+        self, task: str, *, thread_id: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        """``start`` for async code: same arguments, result, errors and guarantees.
+
+        The run goes on in a worker thread (``asyncio.to_thread``), so the
+        event loop is never blocked by the model call, SQLite or a tool; many
+        threads can run at once from one agent. Cancelling the awaiting task
+        asks the run to stop at its next superstep boundary (``request_stop``)
+        and waits for it, so no step is left half-recorded; the thread stays
+        resumable; other runs of this agent go on.
+        """
+        return await self._in_thread(self.start, task, thread_id=thread_id, metadata=metadata)
+
+    async def aresume(
+        self,
+        thread_id: str,
+        *,
+        decisions: Mapping[str, Any] | None = None,
+        verdicts: Mapping[str, Verdict] | None = None,
+    ) -> RunResult:
+        """``resume`` for async code (see ``astart`` for how it runs and is cancelled)."""
+        return await self._in_thread(self.resume, thread_id, decisions=decisions, verdicts=verdicts)
+
+    async def areplay(self, thread_id: str, checkpoint_id: str) -> RunResult:
+        """``replay`` for async code (see ``astart`` for how it runs and is cancelled)."""
+        return await self._in_thread(self.replay, thread_id, checkpoint_id)
+
+    async def astatus(self, thread_id: str) -> RunResult:
+        """``status`` for async code: read in a worker thread; nothing runs."""
+        return await asyncio.to_thread(self.status, thread_id)
+
+    async def _in_thread(self, fn: Callable[..., RunResult], *args: Any, **kw: Any) -> RunResult:
+        started: list[int] = []
+        cancelled = threading.Event()
+
+        def call() -> RunResult:
+            if cancelled.is_set():
+                raise asyncio.CancelledError
+            started.append(threading.get_ident())
+            return fn(*args, **kw)
+
+        work = asyncio.ensure_future(asyncio.to_thread(call))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # Stop this run only (other threads of this agent go on), at its
+            # next step boundary, and wait: nothing is left half-recorded.
+            cancelled.set()
+            control = self._controls.get(started[0]) if started else None
+            if control is not None:
+                control.request_drain("cancelled by the caller")
+            await asyncio.wait([work])
+            raise
 
     # ------------------------------------------------------------- inspection
 
@@ -509,7 +569,7 @@ class Agent:
         self, thread_id: str, value: Any, *, config: RunnableConfig | None = None
     ) -> RunResult:
         control = RunControl()
-        self._control = control
+        self._controls[threading.get_ident()] = control
         if self._stop_reason is not None:
             # asked before this run began (e.g. while waiting for the lease)
             control.request_drain(self._stop_reason)
@@ -534,7 +594,7 @@ class Agent:
             # stays resumable; report it instead of losing the thread's state.
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            self._control = None
+            self._controls.pop(threading.get_ident(), None)
             self._stop_reason = None  # a stop applies to the run it was asked for
             if seen.operation_ids:
                 self._used[thread_id] = self._used.get(thread_id, frozenset()) | seen.operation_ids
