@@ -140,3 +140,36 @@ def test_cancelling_one_run_stops_it_at_a_step_boundary_and_leaves_the_others(
         assert resumed.status is RunStatus.DONE
     assert sorted(rows.calls) == sorted(rows.rows)  # each effect once
     assert sorted(rows.rows.values()) == ["cancelled", "kept"]
+
+
+def test_astream_yields_each_update_then_the_result(state_dir: StateDir) -> None:
+    rows = Rows()
+    reviewed = ToolSpec(
+        name="record",
+        description="Record a line.",
+        args_schema=RecordArgs,
+        func=rows.spec().func,
+        kind=EffectKind.IDEMPOTENT,
+    )
+    with open_agent(
+        state_dir, model=EchoModel(), tools=[reviewed], policy=Policy(approval_ttl=None)
+    ) as agent:
+
+        async def collect(**kwargs: Any) -> list[tuple[str, Any]]:
+            return [item async for item in agent.astream("s", **kwargs)]
+
+        first = asyncio.run(collect(task="streamed"))
+        kinds = [k for k, _ in first]
+        assert kinds[-1] == "result" and set(kinds[:-1]) == {"updates"}
+        nodes = [next(iter(chunk)) for _, chunk in first[:-1]]
+        assert nodes[0] == "agent" and nodes[-1] == "__interrupt__"
+        result = first[-1][1]
+        assert result.status is RunStatus.WAITING_REVIEW
+        assert rows.calls == []  # nothing ran before the review
+        (pending,) = result.interrupts
+        answer = {"decisions": [{"type": "approve"}], "interrupt_id": pending.id}
+        second = asyncio.run(collect(decisions=answer))
+        nodes = [next(iter(chunk)) for kind, chunk in second if kind == "updates"]
+        assert nodes[:2] == ["review", "effect.record"]
+        assert second[-1][1].status is RunStatus.DONE
+    assert list(rows.rows.values()) == ["streamed"]

@@ -21,7 +21,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -158,6 +158,8 @@ class Agent:
         self.lease_wait_s = lease_wait_s
         self.recursion_limit = recursion_limit
         self.on_event = on_event
+        self._listeners: dict[int, EventHook] = {}
+        """Per OS thread: where ``astream`` wants the updates of the run it drives."""
         self._controls: dict[int, RunControl] = {}
         """The runs under way, by the OS thread running each (several at once
         through the async API)."""
@@ -336,15 +338,76 @@ class Agent:
         """``status`` for async code: read in a worker thread; nothing runs."""
         return await asyncio.to_thread(self.status, thread_id)
 
-    async def _in_thread(self, fn: Callable[..., RunResult], *args: Any, **kw: Any) -> RunResult:
+    async def astream(
+        self,
+        thread_id: str,
+        *,
+        task: str | None = None,
+        decisions: Mapping[str, Any] | None = None,
+        verdicts: Mapping[str, Verdict] | None = None,
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """Run a thread and yield its progress as it happens: start it, or resume it.
+
+        With ``task``, the thread is started (``start``); otherwise it is
+        resumed with the answers given (``resume``). Yields
+        ``("updates", chunk)`` for each graph update as LangGraph's
+        ``stream_mode="updates"`` gives it (``{node: update}``, and
+        ``{"__interrupt__": ...}`` when the run stops at a review), then one
+        ``("result", RunResult)`` last. The run goes on in a worker thread, as
+        for ``astart``; closing the iterator early (``break``, cancellation)
+        asks the run to stop at its next step boundary and waits for it.
+
+        Raises:
+            The errors of ``start`` / ``resume``, from the iteration.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def listen(chunk: Mapping[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ("updates", chunk))
+
+        if task is not None:
+            run = self._in_thread(self.start, task, thread_id=thread_id, _listener=listen)
+        else:
+            run = self._in_thread(
+                self.resume, thread_id, decisions=decisions, verdicts=verdicts, _listener=listen
+            )
+        work = asyncio.ensure_future(run)
+        work.add_done_callback(lambda _: queue.put_nowait(("done", None)))
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "done":
+                    break
+                yield kind, item
+            yield "result", await work
+        finally:
+            if not work.done():
+                work.cancel()
+                await asyncio.wait([work])
+
+    async def _in_thread(
+        self,
+        fn: Callable[..., RunResult],
+        *args: Any,
+        _listener: EventHook | None = None,
+        **kw: Any,
+    ) -> RunResult:
         started: list[int] = []
         cancelled = threading.Event()
 
         def call() -> RunResult:
             if cancelled.is_set():
                 raise asyncio.CancelledError
-            started.append(threading.get_ident())
-            return fn(*args, **kw)
+            ident = threading.get_ident()
+            started.append(ident)
+            if _listener is None:
+                return fn(*args, **kw)
+            self._listeners[ident] = _listener
+            try:
+                return fn(*args, **kw)
+            finally:
+                self._listeners.pop(ident, None)
 
         work = asyncio.ensure_future(asyncio.to_thread(call))
         try:
@@ -586,6 +649,9 @@ class Agent:
                 seen.add(chunk)
                 if self.on_event is not None:
                     self.on_event(chunk)
+                listener = self._listeners.get(threading.get_ident())
+                if listener is not None:
+                    listener(chunk)
         except GraphDrained as exc:
             error = f"stopped at a step boundary: {getattr(exc, 'reason', exc)}"
         except Exception as exc:  # noqa: BLE001
