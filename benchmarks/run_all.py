@@ -35,6 +35,7 @@ BENCHES = [
     "resume",
     "restart",
     "concurrency",
+    "async",
     "recovery",
     "ledger",
 ]

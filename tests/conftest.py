@@ -59,6 +59,7 @@ def run_worker(
     approve: str = "all",
     timeout: float = 60.0,
     store: str | None = None,
+    api: str = "sync",
 ) -> WorkerRun:
     """Run ``effectgate.testing.worker`` in a new process and wait (``store``: its --store)."""
     env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
@@ -78,6 +79,8 @@ def run_worker(
             "--approve",
             approve,
             *(["--store", store] if store else []),
+            "--api",
+            api,
         ],
         capture_output=True,
         text=True,

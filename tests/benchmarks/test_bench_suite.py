@@ -138,3 +138,20 @@ def test_quick_floor_bench_writes_json(tmp_path: Path) -> None:
     assert doc["quick"] is True
     assert doc["results"]["commits_per_s"]["wal_full"]["n"] == 2
     assert doc["results"]["commits_per_s"]["wal_normal"]["median"] > 0
+
+
+def test_quick_async_bench_counts_every_effect_once(tmp_path: Path) -> None:
+    env = {
+        "EFFECTGATE_BENCH_QUICK": "1",
+        "EFFECTGATE_BENCH_WORK": str(tmp_path / "work"),
+        "EFFECTGATE_BENCH_RESULTS": str(tmp_path / "results"),
+        "PATH": "/usr/bin:/bin",
+    }
+    cmd = [sys.executable, str(BENCH / "bench_async.py"), "--threads", "4", "--calls", "2"]
+    subprocess.run(cmd, env=env, check=True, timeout=300)
+    doc = json.loads((tmp_path / "results" / "async.json").read_text())
+    assert doc["params"] == {"threads": 4, "calls_per_thread": 2, "rounds": 2}
+    for name in ("baseline", "effectgate"):
+        assert doc["results"]["effects_per_s"][name]["n"] == 2
+        assert doc["results"]["effects_per_s"][name]["median"] > 0
+    assert doc["results"]["ratio_effectgate_over_baseline"]["n"] == 2

@@ -73,14 +73,24 @@ SEAMS = [
 ]
 
 
+@pytest.mark.parametrize("api", ["sync", "async"])
 @pytest.mark.parametrize(("spec", "expected", "why"), SEAMS, ids=[s[0] for s in SEAMS])
 def test_kill_at_seam_then_resume(
-    services: DemoServices, state_dir: StateDir, spec: str, expected: dict[str, int], why: str
+    services: DemoServices,
+    state_dir: StateDir,
+    spec: str,
+    expected: dict[str, int],
+    why: str,
+    api: str,
 ) -> None:
-    """A worker killed at a seam leaves work a new process finishes without doing anything twice."""
-    first = run_worker(state_dir, "t1", failpoint=spec)
+    """A worker killed at a seam leaves work a new process finishes without doing anything twice.
+
+    ``api``: the worker drives the agent through ``start``/``resume`` or
+    through ``astart``/``aresume`` (the same guarantees).
+    """
+    first = run_worker(state_dir, "t1", failpoint=spec, api=api)
     assert first.returncode == EXIT_CODE, first.stderr[-2000:]
-    second = run_worker(state_dir, "t1")
+    second = run_worker(state_dir, "t1", api=api)
     assert second.returncode == 0, (second.summary, second.stderr[-2000:])
     assert_incident_done_once(state_dir, "t1")
     got = attempts(state_dir, "t1")

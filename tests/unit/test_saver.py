@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import sqlite3
 import threading
@@ -77,12 +78,21 @@ def _connect(path: Path) -> _ProbedConnection:
     return conn
 
 
-def test_writes_commit_at_normal_and_checkpoints_at_full(tmp_path: Path) -> None:
+def _invoke(graph: Any, value: Any, config: Any, *, path: str) -> None:
+    """Run the graph through LangGraph's sync or async path (the saver's sync or async methods)."""
+    if path == "sync":
+        graph.invoke(value, config, durability="sync")
+    else:
+        asyncio.run(graph.ainvoke(value, config, durability="sync"))
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_writes_commit_at_normal_and_checkpoints_at_full(tmp_path: Path, path: str) -> None:
     conn = _connect(tmp_path / "c.sqlite3")
     graph = _graph(_Probe(conn))
     config = {"configurable": {"thread_id": "t"}}
-    graph.invoke({"log": []}, config, durability="sync")
-    graph.invoke(Command(resume="yes"), config, durability="sync")
+    _invoke(graph, {"log": []}, config, path=path)
+    _invoke(graph, Command(resume="yes"), config, path=path)
     by_method: dict[str, set[int]] = {}
     for method, level in conn.commits:
         by_method.setdefault(method, set()).add(level)

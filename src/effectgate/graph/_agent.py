@@ -15,12 +15,13 @@ supervisor procedure of langgraph-semantics §12:
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -157,7 +158,11 @@ class Agent:
         self.lease_wait_s = lease_wait_s
         self.recursion_limit = recursion_limit
         self.on_event = on_event
-        self._control: RunControl | None = None
+        self._listeners: dict[int, EventHook] = {}
+        """Per OS thread: where ``astream`` wants the updates of the run it drives."""
+        self._controls: dict[int, RunControl] = {}
+        """The runs under way, by the OS thread running each (several at once
+        through the async API)."""
         self._stop_reason: str | None = None
         """Set by ``request_stop``; sticky, so a stop asked between runs is not lost."""
         self._keeper = _LeaseKeeper(
@@ -296,8 +301,126 @@ class Agent:
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""
         self._stop_reason = reason
-        if self._control is not None:
-            self._control.request_drain(reason)
+        for control in list(self._controls.values()):
+            control.request_drain(reason)
+
+    # ------------------------------------------------------------------ async
+
+    async def astart(
+        self, task: str, *, thread_id: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        """``start`` for async code: same arguments, result, errors and guarantees.
+
+        The run goes on in a worker thread (``asyncio.to_thread``), so the
+        event loop is never blocked by the model call, SQLite or a tool; many
+        threads can run at once from one agent. Cancelling the awaiting task
+        asks the run to stop at its next superstep boundary (``request_stop``)
+        and waits for it, so no step is left half-recorded; the thread stays
+        resumable; other runs of this agent go on.
+        """
+        return await self._in_thread(self.start, task, thread_id=thread_id, metadata=metadata)
+
+    async def aresume(
+        self,
+        thread_id: str,
+        *,
+        decisions: Mapping[str, Any] | None = None,
+        verdicts: Mapping[str, Verdict] | None = None,
+    ) -> RunResult:
+        """``resume`` for async code (see ``astart`` for how it runs and is cancelled)."""
+        return await self._in_thread(self.resume, thread_id, decisions=decisions, verdicts=verdicts)
+
+    async def areplay(self, thread_id: str, checkpoint_id: str) -> RunResult:
+        """``replay`` for async code (see ``astart`` for how it runs and is cancelled)."""
+        return await self._in_thread(self.replay, thread_id, checkpoint_id)
+
+    async def astatus(self, thread_id: str) -> RunResult:
+        """``status`` for async code: read in a worker thread; nothing runs."""
+        return await asyncio.to_thread(self.status, thread_id)
+
+    async def astream(
+        self,
+        thread_id: str,
+        *,
+        task: str | None = None,
+        decisions: Mapping[str, Any] | None = None,
+        verdicts: Mapping[str, Verdict] | None = None,
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """Run a thread and yield its progress as it happens: start it, or resume it.
+
+        With ``task``, the thread is started (``start``); otherwise it is
+        resumed with the answers given (``resume``). Yields
+        ``("updates", chunk)`` for each graph update as LangGraph's
+        ``stream_mode="updates"`` gives it (``{node: update}``, and
+        ``{"__interrupt__": ...}`` when the run stops at a review), then one
+        ``("result", RunResult)`` last. The run goes on in a worker thread, as
+        for ``astart``; closing the iterator early (``break``, cancellation)
+        asks the run to stop at its next step boundary and waits for it.
+
+        Raises:
+            The errors of ``start`` / ``resume``, from the iteration.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def listen(chunk: Mapping[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, ("updates", chunk))
+
+        if task is not None:
+            run = self._in_thread(self.start, task, thread_id=thread_id, _listener=listen)
+        else:
+            run = self._in_thread(
+                self.resume, thread_id, decisions=decisions, verdicts=verdicts, _listener=listen
+            )
+        work = asyncio.ensure_future(run)
+        work.add_done_callback(lambda _: queue.put_nowait(("done", None)))
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "done":
+                    break
+                yield kind, item
+            yield "result", await work
+        finally:
+            if not work.done():
+                work.cancel()
+                await asyncio.wait([work])
+
+    async def _in_thread(
+        self,
+        fn: Callable[..., RunResult],
+        *args: Any,
+        _listener: EventHook | None = None,
+        **kw: Any,
+    ) -> RunResult:
+        started: list[int] = []
+        cancelled = threading.Event()
+
+        def call() -> RunResult:
+            if cancelled.is_set():
+                raise asyncio.CancelledError
+            ident = threading.get_ident()
+            started.append(ident)
+            if _listener is None:
+                return fn(*args, **kw)
+            self._listeners[ident] = _listener
+            try:
+                return fn(*args, **kw)
+            finally:
+                self._listeners.pop(ident, None)
+
+        work = asyncio.ensure_future(asyncio.to_thread(call))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # Stop this run only (other threads of this agent go on), at its
+            # next step boundary, and wait: nothing is left half-recorded.
+            cancelled.set()
+            control = self._controls.get(started[0]) if started else None
+            if control is not None:
+                control.request_drain("cancelled by the caller")
+            await asyncio.wait([work])
+            raise
 
     # ------------------------------------------------------------- inspection
 
@@ -509,7 +632,7 @@ class Agent:
         self, thread_id: str, value: Any, *, config: RunnableConfig | None = None
     ) -> RunResult:
         control = RunControl()
-        self._control = control
+        self._controls[threading.get_ident()] = control
         if self._stop_reason is not None:
             # asked before this run began (e.g. while waiting for the lease)
             control.request_drain(self._stop_reason)
@@ -526,6 +649,9 @@ class Agent:
                 seen.add(chunk)
                 if self.on_event is not None:
                     self.on_event(chunk)
+                listener = self._listeners.get(threading.get_ident())
+                if listener is not None:
+                    listener(chunk)
         except GraphDrained as exc:
             error = f"stopped at a step boundary: {getattr(exc, 'reason', exc)}"
         except Exception as exc:  # noqa: BLE001
@@ -534,7 +660,7 @@ class Agent:
             # stays resumable; report it instead of losing the thread's state.
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            self._control = None
+            self._controls.pop(threading.get_ident(), None)
             self._stop_reason = None  # a stop applies to the run it was asked for
             if seen.operation_ids:
                 self._used[thread_id] = self._used.get(thread_id, frozenset()) | seen.operation_ids

@@ -103,7 +103,7 @@ def build_agent(
     tools: Sequence[ToolSpec | BaseTool],
     *,
     ledger: Ledger,
-    checkpointer: BaseCheckpointSaver[Any],
+    checkpointer: BaseCheckpointSaver[Any] | None,
     policy: Policy | None = None,
     system_prompt: str | None = None,
     worker: str | None = None,

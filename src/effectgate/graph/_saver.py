@@ -41,18 +41,20 @@ could change them), and on its own ``delete_thread``.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
     DeltaChannelHistory,
     get_checkpoint_id,
 )
@@ -67,7 +69,79 @@ from effectgate._recent import Recent
 __all__ = ["StepDurableSaver"]
 
 
-class StepDurableSaver(SqliteSaver):
+class _AsyncInThreads:
+    """LangGraph's async saver methods, each running its sync twin in a worker thread.
+
+    ``SqliteSaver`` raises ``NotImplementedError`` for ``aget_tuple``,
+    ``alist``, ``aput`` and ``aput_writes`` (upstream sends async users to
+    ``AsyncSqliteSaver``, whose durability rules are upstream's). Mixed into
+    ``StepDurableSaver``, each async method runs the sync one in a worker
+    thread (``asyncio.to_thread``): the same lock, the same ``NORMAL`` writes
+    and ``FULL`` checkpoints, the same lineage memory, and the event loop never
+    waits on SQLite. The sync methods never touch an event loop, so calling
+    them from the loop's own thread cannot deadlock, as a sync call on
+    ``AsyncSqliteSaver`` from its own loop does.
+    """
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``get_tuple`` in a worker thread."""
+        saver = cast("StepDurableSaver", self)
+        return await asyncio.to_thread(saver.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """``list`` in a worker thread (read in full, then yielded)."""
+        saver = cast("StepDurableSaver", self)
+        found = await asyncio.to_thread(
+            lambda: list(saver.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """``put`` (an fsync'd commit) in a worker thread."""
+        saver = cast("StepDurableSaver", self)
+        return await asyncio.to_thread(saver.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """``put_writes`` (committed at ``NORMAL``) in a worker thread."""
+        saver = cast("StepDurableSaver", self)
+        await asyncio.to_thread(saver.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """``delete_thread`` in a worker thread."""
+        saver = cast("StepDurableSaver", self)
+        await asyncio.to_thread(saver.delete_thread, thread_id)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """``get_delta_channel_history`` (remembered lineage) in a worker thread."""
+        saver = cast("StepDurableSaver", self)
+        return await asyncio.to_thread(
+            lambda: saver.get_delta_channel_history(config=config, channels=channels)
+        )
+
+
+class StepDurableSaver(_AsyncInThreads, SqliteSaver):
     """``SqliteSaver`` whose task writes commit at ``NORMAL`` and checkpoints at ``FULL``.
 
     Args:

@@ -4,7 +4,8 @@
 agent on ``DIR`` (services already running; their addresses are read from
 ``DIR/services/endpoints.json``), starts the thread if it is new or resumes it
 otherwise, answers every review with the chosen decisions, and prints one
-JSON line with the outcome. Killing it (``EFFECTGATE_FAILPOINT`` or SIGKILL)
+JSON line with the outcome. ``--api async`` drives the same agent through
+``astart``/``aresume``. Killing it (``EFFECTGATE_FAILPOINT`` or SIGKILL)
 and starting it again is how tests prove that nothing happens twice.
 
 Exit codes are the CLI's (``effectgate.cli._exit``): 0 done, 3 waiting for
@@ -15,14 +16,19 @@ at a failpoint.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from effectgate._app import StateDir, open_agent
 from effectgate.cli._exit import ExitCode, code_for_status
 from effectgate.errors import ConfigError, ThreadBusyError
+
+if TYPE_CHECKING:
+    from effectgate.graph import Agent, RunResult
 
 __all__ = ["main"]
 
@@ -47,19 +53,31 @@ def _decisions(request: dict[str, Any], mode: str) -> dict[str, Any]:
     }
 
 
+def _caller(agent: Agent, api: str) -> Callable[..., RunResult]:
+    """``call("start", ...)``: the agent's sync method, or its async twin run to completion."""
+
+    def call(method: str, *args: Any, **kwargs: Any) -> RunResult:
+        if api == "sync":
+            return cast("RunResult", getattr(agent, method)(*args, **kwargs))
+        return cast("RunResult", asyncio.run(getattr(agent, f"a{method}")(*args, **kwargs)))
+
+    return call
+
+
 def run(args: argparse.Namespace) -> int:
     """Run or resume the thread; return the process exit code."""
     sd = StateDir.open(args.state_dir)
     with open_agent(sd, model=args.model, endpoints=_endpoints(sd), store=args.store) as agent:
+        call = _caller(agent, args.api)
         try:
-            result = agent.start(args.task, thread_id=args.thread, metadata={"model": args.model})
+            result = call("start", args.task, thread_id=args.thread, metadata={"model": args.model})
         except ConfigError:  # the thread exists: continue it
-            result = agent.resume(args.thread)
+            result = call("resume", args.thread)
         reviews = 0
         while result.status == "waiting_review" and reviews < args.max_reviews:
             reviews += 1
             request = dict(result.interrupts[0].value)
-            result = agent.resume(args.thread, decisions=_decisions(request, args.approve))
+            result = call("resume", args.thread, decisions=_decisions(request, args.approve))
         summary = {
             "thread_id": result.thread_id,
             "status": result.status.value,
@@ -88,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--approve", choices=["all", "none"], default="all")
     parser.add_argument("--max-reviews", type=int, default=20)
     parser.add_argument("--store", default=None, help="a postgresql:// URL (default: SQLite)")
+    parser.add_argument("--api", choices=["sync", "async"], default="sync")
     args = parser.parse_args(argv)
     try:
         return run(args)
