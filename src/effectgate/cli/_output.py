@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from effectgate.cli._exit import ExitCode, code_for_error
-from effectgate.cli._render import dumps
+from effectgate.cli._render import SafeConsole, dumps
 from effectgate.cli._signals import STOPPER, Mode
 from effectgate.errors import EffectgateError
 
@@ -41,8 +41,8 @@ class Output:
     """
 
     json_mode: bool = False
-    out: Console = field(default_factory=lambda: Console(highlight=False))
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    out: Console = field(default_factory=lambda: SafeConsole(highlight=False))
+    err: Console = field(default_factory=lambda: SafeConsole(stderr=True, highlight=False))
     notes: list[str] = field(default_factory=list)
 
     @property

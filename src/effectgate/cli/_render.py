@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATE_STYLES",
+    "SafeConsole",
     "dumps",
     "event_json",
     "events_table",
@@ -41,6 +45,7 @@ __all__ = [
     "result_json",
     "short_hash",
     "state_counts",
+    "terminal_safe",
     "thread_json",
     "threads_table",
 ]
@@ -81,6 +86,74 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+_UNSAFE_FORMAT = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Bidirectional marks, embeddings, overrides and isolates ("Trojan Source", CVE-2021-42574)."""
+
+
+def _unsafe(char: str) -> bool:
+    if char in "\n\t":
+        return False
+    return (
+        unicodedata.category(char) in ("Cc", "Zl", "Zp")  # C0, DEL, C1, U+2028, U+2029
+        or char in _UNSAFE_FORMAT
+    )
+
+
+_UNSAFE_CHARS = "".join(chr(c) for c in range(0x2070) if _unsafe(chr(c)))
+_UNSAFE_RE = re.compile(f"[{re.escape(_UNSAFE_CHARS)}]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    r"""Make every character that could steer a terminal visible, as ``\x1b`` or ``\u2028``.
+
+    The one escaping function of the CLI: every console of ``Output`` runs the
+    text it prints through it (see ``SafeConsole``), and ``dumps`` does the same
+    for the characters JSON leaves raw. Model output, tool output, file names,
+    thread ids and stored errors are untrusted: an ESC sequence in a command
+    could erase the line the reviewer is reading and draw a harmless one in its
+    place, and OSC 52 writes the clipboard. Escaped: C0 controls but newline
+    and tab (ESC, CR, backspace, BEL...), DEL, C1 controls (U+0080-U+009F, the
+    8-bit CSI among them), the line and paragraph separators U+2028/U+2029,
+    and bidirectional overrides and isolates.
+
+    Args:
+        text: any text.
+
+    Returns:
+        The text with those characters replaced by their escape spelling; the
+        same text when there were none.
+    """
+    return _UNSAFE_RE.sub(_visible, text)
+
+
+class SafeConsole(Console):
+    """A rich ``Console`` that escapes control characters in everything it prints.
+
+    The escaping is applied to the text segments of the final render, after
+    markup and layout, so it holds for strings, ``Text``, tables, panels and
+    ``Syntax`` alike, whoever built them; rich's own style and cursor
+    sequences (control segments, and the styles applied afterwards) pass
+    untouched. Emoji codes are off: ``prod:fire:db`` stays ``prod:fire:db``.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Build the console; ``emoji`` is off unless asked for (kwargs go to ``Console``)."""
+        kwargs.setdefault("emoji", False)
+        super().__init__(**kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (
+            segment if segment.control else Segment(terminal_safe(segment.text), segment.style)
+            for segment in buffer
+        )
+        return super()._render_buffer(safe)
+
+
 def jsonable(value: Any) -> Any:
     """Return ``value`` as plain JSON data (datetimes as ISO 8601, enums as values)."""
     return json.loads(json.dumps(value, default=_default))
@@ -88,7 +161,10 @@ def jsonable(value: Any) -> Any:
 
 def dumps(value: Any) -> str:
     """Serialise ``value`` as one line of JSON, the way ``--json`` prints it."""
-    return json.dumps(value, default=_default, ensure_ascii=False, sort_keys=False)
+    text = json.dumps(value, default=_default, ensure_ascii=False, sort_keys=False)
+    # JSON escapes C0 itself; these may only occur inside strings, where
+    # \\uXXXX means the same character, so the object is unchanged.
+    return _UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def short_hash(intent_hash: str) -> str:

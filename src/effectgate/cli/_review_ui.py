@@ -20,7 +20,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from effectgate.cli._render import short_hash
+from effectgate.cli._render import dumps, short_hash
 
 __all__ = ["ReadLine", "TerminalReviewer", "action_panel", "read_line"]
 
@@ -239,7 +239,7 @@ class TerminalReviewer:
         }
 
     def _edit_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        text = json.dumps(args, ensure_ascii=False)
+        text = dumps(args)  # the prefill is echoed by readline: no raw controls
         while True:
             self.console.print("[bold]edit the arguments[/] (JSON object; empty line cancels)")
             try:
