@@ -179,7 +179,8 @@ _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 def _fail(output: Output, code: ExitCode, message: str, kind: str, thread_id: str | None) -> None:
     output.err.print(
-        f"[bold red]error[/] ({code.name.lower()}, exit {int(code)}): {escape(message)}"
+        f"[bold red]error[/] ({code.name.lower()}, exit {int(code)}): {escape(message)}",
+        soft_wrap=True,  # one line, whatever the terminal's width: greppable
     )
     if output.json_mode:
         output.emit_json(
