@@ -46,6 +46,7 @@ __all__ = [
     "short_hash",
     "state_counts",
     "terminal_safe",
+    "tool_line",
     "thread_json",
     "threads_table",
 ]
@@ -152,6 +153,54 @@ class SafeConsole(Console):
             for segment in buffer
         )
         return super()._render_buffer(safe)
+
+
+_LINE_CHARS = 200
+_VALUE_CHARS = 48
+
+
+def _short(value: Any, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def tool_line(content: str) -> str:
+    """Summarise a tool message's JSON content in one readable line, for progress output.
+
+    ``{"status": "succeeded", "attempt": 1, "result": {"path": "a.md", "bytes": 12}}``
+    becomes ``succeeded, attempt 1: path=a.md bytes=12``: the status first, then
+    the reference, then each result field cut to a few dozen characters, so a
+    long file content or mail body does not hide what happened.
+
+    Args:
+        content: the message content (JSON from the graph, or any text).
+
+    Returns:
+        One line of at most 200 characters (not yet escaped for the terminal).
+    """
+    try:
+        payload = json.loads(content)
+    except ValueError:
+        return _short(content, _LINE_CHARS)
+    if not isinstance(payload, dict):
+        return _short(payload, _LINE_CHARS)
+    head = [str(payload.get("status", "?"))]
+    if payload.get("attempt"):
+        head.append(f"attempt {payload['attempt']}")
+    if payload.get("reference"):
+        head.append(str(payload["reference"]))
+    if payload.get("reused"):
+        head.append("result reused")
+    result = payload.get("result")
+    if isinstance(result, dict):
+        detail = " ".join(f"{k}={_short(v, _VALUE_CHARS)}" for k, v in result.items())
+    elif result is not None:
+        detail = _short(result, _VALUE_CHARS * 2)
+    else:
+        detail = str(payload.get("message") or payload.get("error") or "")
+    line = ", ".join(head) + (f": {detail}" if detail else "")
+    return _short(line, _LINE_CHARS)
 
 
 def jsonable(value: Any) -> Any:

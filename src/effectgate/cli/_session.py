@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from effectgate._failpoints import ENV_VAR, Failpoint, per_tool
 from effectgate.cli._decisions import DecisionSource
+from effectgate.cli._render import tool_line
 from effectgate.cli._signals import Stopper
 from effectgate.errors import ConfigError, DecisionError
 
@@ -282,5 +283,5 @@ def _describe(node: str, message: Any) -> str:
     if len(content) > 160:
         content = content[:157] + "..."
     if getattr(message, "type", None) == "tool":
-        return f"{getattr(message, 'name', None) or node}: {content}"
+        return f"{getattr(message, 'name', None) or node}: {tool_line(str(message.content))}"
     return f"model: {content}"
