@@ -100,6 +100,10 @@ def assert_clean_error(ran: Ran, code: int, fragment: str) -> None:
     assert "Traceback" not in ran.stdout + ran.stderr
     assert ran.code == code, (ran.code, ran.stderr[-2000:])
     lines = ran.error_lines()
+    if not lines and ran.stderr.startswith("Usage:"):
+        # typer's own usage error (exit 2): one boxed message; unwrap the box.
+        inner = [ln.strip("│╭╮╰╯─ ") for ln in ran.stderr.splitlines()[2:]]
+        lines = [" ".join(part for part in inner if part)]
     assert len(lines) == 1, ran.stderr[-2000:]
     assert fragment.lower() in lines[0].lower(), lines[0]
 

@@ -147,6 +147,10 @@ class SafeConsole(Console):
         kwargs.setdefault("emoji", False)
         super().__init__(**kwargs)
 
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Escape before rich parses a string: rich would silently drop CR, BS, VT, FF, BEL."""
+        return super().render_str(terminal_safe(text), **kwargs)
+
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         safe = (
             segment if segment.control else Segment(terminal_safe(segment.text), segment.style)

@@ -166,7 +166,9 @@ def check_base_url(url: str, *, origin: str = "--base-url") -> str:
         parts.port  # noqa: B018  # raises ValueError for a bad port
     except ValueError as exc:
         raise ConfigError(f"{origin}: not a URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if not parts.hostname:  # not a URL at all: maybe the key itself, so not echoed
+        raise ConfigError(f"{origin}: give an http:// or https:// URL with a host")
+    if parts.scheme not in ("http", "https"):
         raise ConfigError(f"{origin} {redact_url(url)!r}: give an http:// or https:// URL")
     if parts.username is not None or parts.password is not None:
         raise ConfigError(
