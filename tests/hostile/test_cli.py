@@ -370,6 +370,8 @@ def test_hostile_call_through_the_cli(
     assert "Traceback" not in ran.stdout + ran.stderr
     shown = json.dumps(json.loads(ran.stdout)["external"])
     assert "do not touch" not in ran.stdout and "shadow" not in shown
+    for path in world.state.glob("*.sqlite3*"):  # nothing outside was read either
+        assert b"do not touch" not in path.read_bytes(), path
     world.assert_outside_untouched()
     world.assert_no_secret_stored()
 
