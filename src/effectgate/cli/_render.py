@@ -207,6 +207,11 @@ def tool_line(content: str) -> str:
     return _short(line, _LINE_CHARS)
 
 
+def _plain(text: str) -> Text:
+    """A ``Text`` of untrusted text, escaped first (rich would drop CR and BEL silently)."""
+    return Text(terminal_safe(text))
+
+
 def jsonable(value: Any) -> Any:
     """Return ``value`` as plain JSON data (datetimes as ISO 8601, enums as values)."""
     return json.loads(json.dumps(value, default=_default))
@@ -361,11 +366,11 @@ def operations_table(ops: Iterable[Operation], *, title: str = "ledger") -> Tabl
     for op in ops:
         detail = op.receipt.reference if op.receipt is not None else op.error
         table.add_row(
-            Text(op.operation_id),
+            _plain(op.operation_id),
             op.tool,
             _state_text(op.state.value),
             str(op.attempt),
-            Text(detail or ""),
+            _plain(detail or ""),
             op.updated_at.strftime("%H:%M:%S"),
         )
     return table
@@ -385,10 +390,10 @@ def events_table(events: Iterable[Event]) -> Table:
         table.add_row(
             str(event.seq),
             event.at.strftime("%H:%M:%S.%f")[:-3],
-            Text(event.operation_id),
+            _plain(event.operation_id),
             change,
             str(event.attempt),
-            Text(dumps(event.detail) if event.detail else ""),
+            _plain(dumps(event.detail) if event.detail else ""),
         )
     return table
 
@@ -421,10 +426,10 @@ def threads_table(rows: Iterable[tuple[ThreadRecord, str | None]]) -> Table:
         meta = record.metadata
         kind = f"{meta.get('kind', '-')} / {meta.get('model', '-')}"
         table.add_row(
-            Text(record.thread_id),
+            _plain(record.thread_id),
             status or "?",
-            Text(kind),
-            Text(str(record.input.get("task", ""))),
+            _plain(kind),
+            _plain(str(record.input.get("task", ""))),
             record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     return table
@@ -452,7 +457,7 @@ def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
     if op.next_attempt_at is not None:
         rows.append(("next attempt at", op.next_attempt_at.isoformat()))
     for key, value in rows:
-        lines.add_row(key, value if isinstance(value, Text) else Text(value))
+        lines.add_row(key, value if isinstance(value, Text) else _plain(value))
     return Panel(Group(lines, events_table(events)), title=op.operation_id, title_align="left")
 
 
@@ -465,7 +470,7 @@ def print_summary(
 ) -> None:
     """Print what ran, the receipts, the ledger table and the external systems' counts."""
     if result.final_message:
-        console.print(Panel(Text(result.final_message), title="agent", title_align="left"))
+        console.print(Panel(_plain(result.final_message), title="agent", title_align="left"))
     if result.operations:
         title = f"ledger: thread {result.thread_id}"
         console.print(operations_table(result.operations, title=title))
@@ -492,19 +497,25 @@ def pending_text(kind: str, value: Mapping[str, Any]) -> Text:
     text = Text()
     if value.get("error"):
         text.append("previous answer refused: ", style="bold red")
-        text.append(f"{value['error']}\n")
+        text.append(terminal_safe(f"{value['error']}") + "\n")
     if kind == "review":
         for action in value.get("action_requests", []):
             text.append("waiting for review: ", style="yellow")
             text.append(
-                f"{action.get('name')} ({action.get('effect_kind')}) "
-                f"operation {action.get('operation_id')}\n"
+                terminal_safe(
+                    f"{action.get('name')} ({action.get('effect_kind')}) "
+                    f"operation {action.get('operation_id')}"
+                )
+                + "\n"
             )
     else:
         text.append("waiting for reconciliation: ", style="bold red")
         text.append(
-            f"{value.get('tool')} operation {value.get('operation_id')}, "
-            f"attempt {value.get('attempt')}\n"
+            terminal_safe(
+                f"{value.get('tool')} operation {value.get('operation_id')}, "
+                f"attempt {value.get('attempt')}"
+            )
+            + "\n"
         )
     text.rstrip()
     return text
@@ -519,17 +530,17 @@ def _external_table(external: Mapping[str, Any]) -> Table:
     table.add_row(
         "ticket service: tickets",
         str(external.get("tickets")),
-        Text(", ".join(str(t) for t in tickets)),
+        _plain(", ".join(str(t) for t in tickets)),
     )
     table.add_row(
         "mail sink: delivered mails",
         str(external.get("mails_delivered")),
-        Text(", ".join(str(s) for s in external.get("mail_subjects", []))),
+        _plain(", ".join(str(s) for s in external.get("mail_subjects", []))),
     )
     files = external.get("files", [])
     table.add_row(
         "workspace: files",
         str(external.get("workspace_files")),
-        Text(", ".join(f"{f['path']} ({f['bytes']} B)" for f in files)),
+        _plain(", ".join(f"{f['path']} ({f['bytes']} B)" for f in files)),
     )
     return table

@@ -20,7 +20,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from effectgate.cli._render import dumps, short_hash
+from effectgate.cli._render import dumps, short_hash, terminal_safe
 
 __all__ = ["ReadLine", "TerminalReviewer", "action_panel", "read_line"]
 
@@ -64,6 +64,9 @@ def read_line(prompt: str, prefill: str = "") -> str:
 
 
 def _preview(text: str) -> RenderableType:
+    # Escape before rich sees it: rich drops CR and BEL from Text, which would
+    # hide them; the console escapes the rest again on output (a no-op then).
+    text = terminal_safe(text)
     looks_like_diff = text.startswith(("---", "diff ")) or "\n@@ " in text
     if looks_like_diff:
         return Syntax(text, "diff", theme="ansi_dark", word_wrap=True)
@@ -124,7 +127,7 @@ def action_panel(action: Mapping[str, Any], index: int, total: int) -> Panel:
         ("approval valid", "until used" if ttl is None else f"{ttl:.0f} s"),
     ]
     for key, value in rows:
-        grid.add_row(key, Text(value))
+        grid.add_row(key, Text(terminal_safe(value)))
     args = Syntax(
         json.dumps(action.get("args", {}), indent=2, ensure_ascii=False),
         "json",
