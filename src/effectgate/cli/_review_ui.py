@@ -86,8 +86,8 @@ def _warnings(action: Mapping[str, Any]) -> list[Text]:
     if action.get("possible_duplicate_of"):
         out.append(
             Text(
-                f"possible duplicate of {action['possible_duplicate_of']}, which "
-                "already succeeded with the same arguments",
+                terminal_safe(f"possible duplicate of {action['possible_duplicate_of']}, which ")
+                + "already succeeded with the same arguments",
                 style="bold yellow",
             )
         )
@@ -95,9 +95,11 @@ def _warnings(action: Mapping[str, Any]) -> list[Text]:
     if conflict:
         out.append(
             Text(
-                f"CONFLICT: operation {conflict.get('operation_id')} is already bound "
-                f"to other arguments (state {conflict.get('stored_state')}): "
-                f"{json.dumps(conflict.get('stored_args'))}",
+                terminal_safe(
+                    f"CONFLICT: operation {conflict.get('operation_id')} is already bound "
+                    f"to other arguments (state {conflict.get('stored_state')}): "
+                    f"{json.dumps(conflict.get('stored_args'))}"
+                ),
                 style="bold red",
             )
         )
@@ -290,7 +292,7 @@ def _reconciliation_panel(request: Mapping[str, Any]) -> Panel:
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for key in ("tool", "operation_id", "attempt"):
-        grid.add_row(key.replace("_id", ""), Text(str(request.get(key))))
+        grid.add_row(key.replace("_id", ""), Text(terminal_safe(str(request.get(key)))))
     evidence = Syntax(
         json.dumps(request.get("evidence", {}), indent=2, default=str),
         "json",
@@ -299,7 +301,8 @@ def _reconciliation_panel(request: Mapping[str, Any]) -> Panel:
     )
     parts: list[RenderableType] = [grid, Text("evidence", style="bold"), evidence]
     if request.get("error"):
-        parts.append(Text(f"previous answer refused: {request['error']}", style="red"))
+        refused = terminal_safe(f"previous answer refused: {request['error']}")
+        parts.append(Text(refused, style="red"))
     return Panel(
         Group(*parts),
         title="outcome unknown: did it happen?",
