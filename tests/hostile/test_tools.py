@@ -216,7 +216,7 @@ RUN_CASES: list[tuple[str, Setup, str]] = [
     ("write_file", _dangling_out, "outside the workspace"),
     ("append_file", _dangling_out, "outside the workspace"),
     ("read_file", _fifo, "not a regular file"),
-    ("append_file", _fifo, "pipe"),
+    ("append_file", _fifo, "not a regular file"),
     ("read_file", _dev_zero, "outside the workspace"),
     ("read_file", _directory, "directory"),
     ("append_file", _directory, "directory"),

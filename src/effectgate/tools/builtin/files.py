@@ -289,7 +289,12 @@ class _FileTools:
             _not_applied_on_error("append_file", args.path),
             locate(self.workspace, args.path, missing="create") as loc,
         ):
-            fd = os.open(_leaf(loc, args.path), flags, 0o666, dir_fd=loc.dir_fd)
+            try:
+                fd = os.open(_leaf(loc, args.path), flags, 0o666, dir_fd=loc.dir_fd)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # a FIFO with no reader, a socket
+                    raise
+                raise OSError(errno.EINVAL, "not a regular file", args.path) from exc
             try:
                 if not stat.S_ISREG(_single_link(fd, args.path).st_mode):
                     raise OSError(errno.EINVAL, "not a regular file", args.path)
