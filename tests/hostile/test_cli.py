@@ -399,3 +399,16 @@ def test_secret_from_run_shell_env_is_stored_nowhere(world: World) -> None:
     assert "marker-42" in dump  # the output was stored...
     assert SECRET not in dump  # ...without the secret
     world.assert_no_secret_stored()
+
+
+def test_progress_lines_are_readable(world: World) -> None:
+    """A tool result is one short line naming the outcome, not a cut JSON object."""
+    call = {"name": "write_file", "args": {"path": "a.md", "content": "line\n" * 5000}}
+    ran = world.run(
+        "run", "task", "--model", _script(world, [{"tool_calls": [call]}]), "--approve", "all"
+    )
+    assert ran.code == 0, ran.stderr
+    (line,) = [ln for ln in ran.stderr.splitlines() if ln.startswith("write_file:")]
+    assert line.startswith("write_file: succeeded, attempt 1")
+    assert "bytes=25000" in line and "path=a.md" in line
+    assert '{"' not in line and len(line) <= 220

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from effectgate._app import StateDir
 from tests.hostile.conftest import SECRET
 
@@ -46,6 +48,7 @@ def _no_secret(state: Path) -> None:
         assert SECRET.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 def test_fifo_in_workspace_neither_blocks_read_nor_review(tmp_path: Path) -> None:
     """read_file on a FIFO is refused at once; a write_file preview onto it returns."""
     state = tmp_path / "state"
@@ -75,6 +78,7 @@ def test_decisions_fifo_does_not_hang(tmp_path: Path) -> None:
     assert "Traceback" not in ran.stderr
 
 
+@pytest.mark.slow
 def test_inherited_secret_is_not_stored_by_run_shell(tmp_path: Path) -> None:
     """OPENAI_API_KEY and GITHUB_TOKEN in the real environment never reach a state file."""
     state = tmp_path / "state"

@@ -325,14 +325,16 @@ def test_summary_never_follows_links_and_survives_path_max(world: World) -> None
     (ws / "note.md").write_text("hello")
     fd = os.open(ws, os.O_RDONLY)
     try:
-        for _ in range(3000):  # 3000 * 3 bytes > PATH_MAX (4096)
-            os.mkdir("dd", dir_fd=fd)
-            child = os.open("dd", os.O_RDONLY, dir_fd=fd)
+        for _ in range(22):  # 22 * 201 bytes > PATH_MAX (4096)
+            os.mkdir("d" * 200, dir_fd=fd)
+            child = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
             os.close(fd)
             fd = child
+        os.close(os.open("deep.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
     finally:
         os.close(fd)
     files = {entry["path"]: entry for entry in inventory(ws)}
-    assert set(files) == {"hard.txt", "note.md"}
+    deep = "/".join(["d" * 200] * 22) + "/deep.txt"
+    assert set(files) == {"hard.txt", "note.md", deep}
     assert files["hard.txt"]["sha256"] is None  # another file's bytes are not read
     assert files["note.md"]["bytes"] == 5
