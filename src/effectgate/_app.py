@@ -120,7 +120,7 @@ class StateDir:
         if sd.workspace.exists() and not sd.workspace.is_dir():
             raise ConfigError(f"{sd.workspace} is not a directory; move it away to continue")
         sd.workspace.mkdir(exist_ok=True)
-        if not os.access(root, os.W_OK | os.X_OK):
+        if create and not os.access(root, os.W_OK | os.X_OK):  # reading needs no write
             raise ConfigError(f"state directory {root} is not writable by this user")
         return sd
 
