@@ -357,7 +357,12 @@ def file_tools(workspace: str | os.PathLike[str]) -> list[ToolSpec]:
     absolute paths are refused by the schema (``ToolCallError`` from
     ``ToolSpec.normalize``), and symlinks leading out are refused when the tool
     runs (``Rejected`` with the ``WorkspaceError`` as ``__cause__``). Symlinks
-    that stay inside the workspace are followed.
+    that stay inside the workspace are followed. Only regular files are read
+    or appended to, opened with ``O_NONBLOCK | O_NOFOLLOW`` and checked with
+    ``fstat`` (a FIFO or device is refused at once, never waited on), and a
+    file with more than one hard link is refused by ``read_file`` and
+    ``append_file``: its other name may be outside the workspace. These checks
+    run when the tool runs, whatever the review saw.
 
     - ``read_file(path)`` (READ) -> ``{"path", "content"}``; UTF-8, undecodable
       bytes replaced; files over ``MAX_READ_BYTES`` are refused.
