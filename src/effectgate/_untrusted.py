@@ -19,9 +19,9 @@ instead of a hang, a ``RecursionError`` or an exhausted memory:
   which would otherwise raise ``RecursionError`` at around 100,000 levels
   (CPython's C scanner) or exhaust the stack.
 - **YAML depth and aliases**: the composer is stopped at a depth limit, and the
-  composed graph is measured as if every alias were expanded ("billion laughs",
-  CVE-2003-1564 for XML; PyYAML's own issue #37 for YAML) before any Python
-  object is built from it.
+  composed graph is measured as if every alias were expanded (the "billion
+  laughs" pattern, CVE-2003-1564 for XML entities) before any Python object is
+  built from it.
 """
 
 from __future__ import annotations
