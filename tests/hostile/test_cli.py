@@ -201,6 +201,15 @@ def _loop(world: World) -> Path:
     return world.root / "s1"
 
 
+def _garbage(name: str) -> Callable[[Path], None]:
+    def change(state: Path) -> None:
+        for leftover in state.glob(name + "*"):
+            leftover.unlink()
+        (state / name).write_bytes(b"\x00garbage" * 500)
+
+    return change
+
+
 STATE_DIRS: list[tuple[str, Callable[[World], Path], str]] = [
     ("under-a-file", _under_file, "not a directory"),
     ("is-a-file", _is_file, "is a file"),
@@ -212,7 +221,10 @@ STATE_DIRS: list[tuple[str, Callable[[World], Path], str]] = [
     ("marker-wrong-format", _after_first_run(_marker(b'{"format": 99}')), "format"),
     ("marker-fifo", _after_first_run(_marker_fifo), "not an effectgate state directory"),
     ("symlink-loop", _loop, "state directory"),
+    ("checkpoints-garbage", _after_first_run(_garbage("checkpoints.sqlite3")), "not a checkpoint"),
 ]
+
+DAMAGED_LEDGER = _after_first_run(_garbage("ledger.sqlite3"))
 
 
 @pytest.mark.parametrize(
@@ -236,6 +248,15 @@ def test_hostile_state_directory(
     )
     assert_clean_error(ran, BAD_INPUT, fragment)
     world.assert_outside_untouched()
+
+
+def test_garbage_ledger_is_reported_not_repaired(world: World) -> None:
+    """A ledger that is not a database: exit 1 (damaged state), one line, left as it is."""
+    DAMAGED_LEDGER(world)
+    before = (world.state / "ledger.sqlite3").read_bytes()
+    ran = world.run("run", "task", "--model", _write_call(world), "--approve", "all")
+    assert_clean_error(ran, 1, "not a usable ledger database")
+    assert (world.state / "ledger.sqlite3").read_bytes() == before
 
 
 # --- credentials in --base-url ----------------------------------------------------------
