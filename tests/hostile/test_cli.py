@@ -433,3 +433,20 @@ def test_progress_lines_are_readable(world: World) -> None:
     assert line.startswith("write_file: succeeded, attempt 1")
     assert "bytes=25000" in line and "path=a.md" in line
     assert '{"' not in line and len(line) <= 220
+
+
+def test_hard_link_swapped_in_after_review_is_refused_at_dispatch(world: World) -> None:
+    """Reviewed as a plain file; replaced by a hard link to an outside file; resume refuses."""
+    StateDir.open(world.state)
+    (world.workspace / "log.txt").write_text("inside\n")
+    call = {"name": "append_file", "args": {"path": "log.txt", "content": "pwned\n"}}
+    model = _script(world, [{"tool_calls": [call]}])
+    first = world.run("run", "task", "--model", model, "--thread", "t1")
+    assert first.code == 4, first.stderr  # waiting for review: nothing appended yet
+    (world.workspace / "log.txt").unlink()
+    os.link(world.outside / "canary.txt", world.workspace / "log.txt")
+    ran = world.run("resume", "--thread", "t1", "--approve", "all", "--json")
+    assert ran.code == 0, ran.stderr
+    (op,) = json.loads(ran.stdout)["operations"]
+    assert op["state"] == "FAILED" and "hard links" in op["error"]
+    world.assert_outside_untouched()
