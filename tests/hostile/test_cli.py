@@ -450,3 +450,13 @@ def test_hard_link_swapped_in_after_review_is_refused_at_dispatch(world: World) 
     (op,) = json.loads(ran.stdout)["operations"]
     assert op["state"] == "FAILED" and "hard links" in op["error"]
     world.assert_outside_untouched()
+
+
+@pytest.mark.parametrize("thread", ["prod:fire:db", "x[bold]y[/]z", "ops:skull:1"])
+def test_resume_hint_names_the_real_thread(world: World, thread: str) -> None:
+    """The hint printed while waiting for review names the thread as it is, no emoji, no style."""
+    ran = world.run("run", "task", "--model", _write_call(world), "--thread", thread)
+    assert ran.code == 4, ran.stderr
+    out = ran.stdout + ran.stderr
+    assert f"--thread {thread}" in out or f"--thread '{thread}'" in out, out[-800:]
+    _assert_escaped(out)
