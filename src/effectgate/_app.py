@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from effectgate._untrusted import read_regular_file
 from effectgate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -102,9 +104,25 @@ class StateDir:
             ConfigError: the path is a file, or a non-empty directory that is not
                 an effectgate state directory, or it does not exist and
                 ``create`` is false, or ``store`` is not the one the directory
-                uses. Nothing is written in these cases.
+                uses (nothing is written in these cases); or the directory
+                cannot be created or written (under a file, no permission, disk
+                full), or one of its entries has the wrong type (``workspace`` a
+                file, ``checkpoints.sqlite3`` a directory). The message names
+                the path and the OS's reason.
         """
-        root = Path(path).expanduser().resolve()
+        try:
+            root = Path(path).expanduser().resolve()
+            return cls._open(root, create=create, store=store)
+        except OSError as exc:
+            where = exc.filename if exc.filename is not None else path
+            raise ConfigError(
+                f"state directory {path}: cannot use {where}: {exc.strerror or exc}"
+            ) from None
+        except RuntimeError as exc:  # a symlink loop in the path (Path.resolve)
+            raise ConfigError(f"state directory {path}: {exc}") from None
+
+    @classmethod
+    def _open(cls, root: Path, *, create: bool, store: str | None) -> StateDir:
         marker = root / _MARKER
         if root.exists() and not root.is_dir():
             raise ConfigError(f"state directory {root} is a file")
@@ -115,31 +133,32 @@ class StateDir:
             )
         if not root.exists() and not create:
             raise ConfigError(f"state directory {root} does not exist")
+        found: Any = _FORMAT
         if not marker.is_file():
             root.mkdir(parents=True, exist_ok=True)
             marker.write_text(json.dumps({"format": _FORMAT}) + "\n")
         else:
             try:
-                found = json.loads(marker.read_text() or "{}").get("format")
+                found = json.loads(read_regular_file(marker, max_bytes=4096) or "{}").get("format")
             except (ValueError, AttributeError) as exc:
                 raise ConfigError(f"{marker} is not an effectgate marker file: {exc}") from exc
             if found not in (_FORMAT, _FORMAT_STORE):
                 raise ConfigError(f"{marker}: state format {found!r}, expected {_FORMAT}")
         bound = None
-        if store is not None or _records_store(marker):
+        if store is not None or found == _FORMAT_STORE:
             from effectgate._postgres_app import bind_store
 
             bound = bind_store(root, marker, store, _FORMAT_STORE)
-        (root / "workspace").mkdir(exist_ok=True)
-        return cls(root, bound)
-
-
-def _records_store(marker: Path) -> bool:
-    """Tell whether a marker file records an external store (format 2)."""
-    try:
-        return bool(json.loads(marker.read_text() or "{}").get("format") == _FORMAT_STORE)
-    except (OSError, ValueError, AttributeError):
-        return False
+        sd = cls(root, bound)
+        for entry in (sd.checkpoints, sd.ledger):
+            if entry.exists() and not entry.is_file():
+                raise ConfigError(f"{entry} is not a regular file; move it away to continue")
+        if sd.workspace.exists() and not sd.workspace.is_dir():
+            raise ConfigError(f"{sd.workspace} is not a directory; move it away to continue")
+        sd.workspace.mkdir(exist_ok=True)
+        if create and not os.access(root, os.W_OK | os.X_OK):  # reading needs no write
+            raise ConfigError(f"state directory {root} is not writable by this user")
+        return sd
 
 
 def default_tools(workspace: Path, endpoints: ServiceEndpoints | None = None) -> list[ToolSpec]:
@@ -155,7 +174,10 @@ def default_tools(workspace: Path, endpoints: ServiceEndpoints | None = None) ->
 
 def _open_checkpoints(path: Path) -> sqlite3.Connection:
     """Open the checkpoint file, refusing one that is not an SQLite database."""
-    conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0)
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{path}: cannot open the checkpoint database: {exc}") from None
     try:
         conn.execute("PRAGMA schema_version").fetchone()
     except sqlite3.DatabaseError as exc:

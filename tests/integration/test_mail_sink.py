@@ -24,6 +24,7 @@ class Sink:
     smtp_port: int
     url: str
     db: Path
+    token: str
 
     def send(self, message_id: str, *, timeout: float = 5.0, subject: str = "Incident") -> None:
         msg = EmailMessage()
@@ -39,7 +40,12 @@ class Sink:
         return httpx.get(f"{self.url}{path}", params=params, timeout=5.0)
 
     def fault(self, mode: str, **extra: object) -> None:
-        response = httpx.post(f"{self.url}/_admin/fault", json={"mode": mode, **extra}, timeout=5)
+        response = httpx.post(
+            f"{self.url}/_admin/fault",
+            json={"mode": mode, **extra},
+            headers={"X-Effectgate-Admin-Token": self.token},
+            timeout=5,
+        )
         assert response.status_code == 200, response.text
 
     def rows(self) -> list[dict[str, object]]:
@@ -61,7 +67,8 @@ def launch(db: Path) -> Sink:
     info = json.loads(ready.read_text())
     assert info["pid"] == process.pid
     url = f"http://127.0.0.1:{info['http_port']}"
-    return Sink(process=process, smtp_port=int(info["smtp_port"]), url=url, db=db)
+    smtp_port = int(info["smtp_port"])
+    return Sink(process=process, smtp_port=smtp_port, url=url, db=db, token=info["admin_token"])
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ class Server:
     process: subprocess.Popen[bytes]
     url: str
     db: Path
+    token: str
 
     def post(self, key: str | None, body: object = TICKET, timeout: float = 5.0) -> httpx.Response:
         headers = {} if key is None else {"Idempotency-Key": key}
@@ -35,7 +36,12 @@ class Server:
         return httpx.get(f"{self.url}{path}", params=params, timeout=5.0)
 
     def fault(self, mode: str, **extra: object) -> dict[str, object]:
-        response = httpx.post(f"{self.url}/_admin/fault", json={"mode": mode, **extra}, timeout=5)
+        response = httpx.post(
+            f"{self.url}/_admin/fault",
+            json={"mode": mode, **extra},
+            headers={"X-Effectgate-Admin-Token": self.token},
+            timeout=5,
+        )
         assert response.status_code == 200, response.text
         return dict(response.json())
 
@@ -57,7 +63,8 @@ def launch(db: Path) -> Server:
         time.sleep(0.02)
     info = json.loads(ready.read_text())
     assert info["pid"] == process.pid
-    return Server(process=process, url=f"http://127.0.0.1:{info['port']}", db=db)
+    url = f"http://127.0.0.1:{info['port']}"
+    return Server(process=process, url=url, db=db, token=info["admin_token"])
 
 
 def halt(server: Server) -> None:
@@ -220,7 +227,7 @@ def _raw_create(server: Server, key: str) -> socket.socket:
     port = int(server.url.rsplit(":", 1)[1])
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     head = (
-        f"POST /tickets HTTP/1.1\r\nHost: x\r\nIdempotency-Key: {key}\r\n"
+        f"POST /tickets HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: {key}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     sock.sendall(head.encode() + body)
@@ -351,9 +358,10 @@ def test_error_rate_is_settable_and_persists(tmp_path: Path, servers: list[Serve
         "error_rate": 0.0,
     }
     url = f"{first.url}/metrics/error_rate"
-    put = httpx.put(url, json={"service": "orders", "error_rate": 0.25})
+    admin = {"X-Effectgate-Admin-Token": first.token}
+    put = httpx.put(url, json={"service": "orders", "error_rate": 0.25}, headers=admin)
     assert put.json() == {"service": "orders", "error_rate": 0.25}
-    bad = httpx.put(url, json={"service": "orders", "error_rate": 2})
+    bad = httpx.put(url, json={"service": "orders", "error_rate": 2}, headers=admin)
     assert bad.status_code == 400
     halt(first)
     servers.append(launch(tmp_path / "tickets.sqlite3"))
@@ -368,7 +376,8 @@ def test_error_rate_is_settable_and_persists(tmp_path: Path, servers: list[Serve
 def test_bad_fault_is_refused_and_state_kept(server: Server, payload: dict[str, object]) -> None:
     """An invalid fault is a 400 and leaves the current fault in place."""
     server.fault("reject")
-    response = httpx.post(f"{server.url}/_admin/fault", json=payload)
+    headers = {"X-Effectgate-Admin-Token": server.token}
+    response = httpx.post(f"{server.url}/_admin/fault", json=payload, headers=headers)
     assert response.status_code == 400
     assert server.get("/_admin/fault").json()["mode"] == "reject"
 

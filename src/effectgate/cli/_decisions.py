@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from effectgate._untrusted import parse_json, read_regular_file
 from effectgate.cli._render import dumps
 from effectgate.errors import DecisionError
 
@@ -244,7 +245,7 @@ def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
             message names the place.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = parse_json(read_regular_file(path))  # bounded: no FIFO, device, bomb
     except (OSError, UnicodeDecodeError) as exc:
         raise DecisionError(f"decisions file {path}: cannot be read: {exc}") from exc
     except json.JSONDecodeError as exc:

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from effectgate.cli._exit import ExitCode, code_for_error
-from effectgate.cli._render import dumps
+from effectgate.cli._render import SafeConsole, dumps
 from effectgate.cli._signals import STOPPER, Mode
 from effectgate.errors import EffectgateError
 
@@ -41,8 +41,8 @@ class Output:
     """
 
     json_mode: bool = False
-    out: Console = field(default_factory=lambda: Console(highlight=False))
-    err: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    out: Console = field(default_factory=lambda: SafeConsole(highlight=False))
+    err: Console = field(default_factory=lambda: SafeConsole(stderr=True, highlight=False))
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -179,7 +179,8 @@ _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 def _fail(output: Output, code: ExitCode, message: str, kind: str, thread_id: str | None) -> None:
     output.err.print(
-        f"[bold red]error[/] ({code.name.lower()}, exit {int(code)}): {escape(message)}"
+        f"[bold red]error[/] ({code.name.lower()}, exit {int(code)}): {escape(message)}",
+        soft_wrap=True,  # one line, whatever the terminal's width: greppable
     )
     if output.json_mode:
         output.emit_json(

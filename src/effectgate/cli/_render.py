@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATE_STYLES",
+    "SafeConsole",
     "dumps",
     "event_json",
     "events_table",
@@ -41,6 +45,8 @@ __all__ = [
     "result_json",
     "short_hash",
     "state_counts",
+    "terminal_safe",
+    "tool_line",
     "thread_json",
     "threads_table",
 ]
@@ -81,6 +87,131 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+_UNSAFE_FORMAT = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Bidirectional marks, embeddings, overrides and isolates ("Trojan Source", CVE-2021-42574)."""
+
+
+def _unsafe(char: str) -> bool:
+    if char in "\n\t":
+        return False
+    return (
+        unicodedata.category(char) in ("Cc", "Zl", "Zp")  # C0, DEL, C1, U+2028, U+2029
+        or char in _UNSAFE_FORMAT
+    )
+
+
+_UNSAFE_CHARS = "".join(chr(c) for c in range(0x2070) if _unsafe(chr(c)))
+_UNSAFE_RE = re.compile(f"[{re.escape(_UNSAFE_CHARS)}]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    r"""Make every character that could steer a terminal visible, as ``\x1b`` or ``\u2028``.
+
+    The one escaping function of the CLI: every console of ``Output`` runs the
+    text it prints through it (see ``SafeConsole``), and ``dumps`` does the same
+    for the characters JSON leaves raw. Model output, tool output, file names,
+    thread ids and stored errors are untrusted: an ESC sequence in a command
+    could erase the line the reviewer is reading and draw a harmless one in its
+    place, and OSC 52 writes the clipboard. Escaped: C0 controls but newline
+    and tab (ESC, CR, backspace, BEL...), DEL, C1 controls (U+0080-U+009F, the
+    8-bit CSI among them), the line and paragraph separators U+2028/U+2029,
+    and bidirectional overrides and isolates.
+
+    Args:
+        text: any text.
+
+    Returns:
+        The text with those characters replaced by their escape spelling; the
+        same text when there were none.
+    """
+    return _UNSAFE_RE.sub(_visible, text)
+
+
+class SafeConsole(Console):
+    """A rich ``Console`` that escapes control characters in everything it prints.
+
+    The escaping is applied to the text segments of the final render, after
+    markup and layout, so it holds for strings, ``Text``, tables, panels and
+    ``Syntax`` alike, whoever built them; rich's own style and cursor
+    sequences (control segments, and the styles applied afterwards) pass
+    untouched. Emoji codes are off: ``prod:fire:db`` stays ``prod:fire:db``.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Build the console; ``emoji`` is off unless asked for (kwargs go to ``Console``)."""
+        kwargs.setdefault("emoji", False)
+        super().__init__(**kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Escape before rich parses a string: rich would silently drop CR, BS, VT, FF, BEL."""
+        return super().render_str(terminal_safe(text), **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (
+            segment if segment.control else Segment(terminal_safe(segment.text), segment.style)
+            for segment in buffer
+        )
+        return super()._render_buffer(safe)
+
+
+_LINE_CHARS = 200
+_VALUE_CHARS = 48
+
+
+def _short(value: Any, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def tool_line(content: str) -> str:
+    """Summarise a tool message's JSON content in one readable line, for progress output.
+
+    ``{"status": "succeeded", "attempt": 1, "result": {"path": "a.md", "bytes": 12}}``
+    becomes ``succeeded, attempt 1: path=a.md bytes=12``: the status first, then
+    the reference, then each result field cut to a few dozen characters, so a
+    long file content or mail body does not hide what happened.
+
+    Args:
+        content: the message content (JSON from the graph, or any text).
+
+    Returns:
+        One line of at most 200 characters (not yet escaped for the terminal).
+    """
+    try:
+        payload = json.loads(content)
+    except ValueError:
+        return _short(content, _LINE_CHARS)
+    if not isinstance(payload, dict):
+        return _short(payload, _LINE_CHARS)
+    head = [str(payload.get("status", "?"))]
+    if payload.get("attempt"):
+        head.append(f"attempt {payload['attempt']}")
+    if payload.get("reference"):
+        head.append(str(payload["reference"]))
+    if payload.get("reused"):
+        head.append("result reused")
+    result = payload.get("result")
+    if isinstance(result, dict):
+        detail = " ".join(f"{k}={_short(v, _VALUE_CHARS)}" for k, v in result.items())
+    elif result is not None:
+        detail = _short(result, _VALUE_CHARS * 2)
+    else:
+        detail = str(payload.get("message") or payload.get("error") or "")
+    line = ", ".join(head) + (f": {detail}" if detail else "")
+    return _short(line, _LINE_CHARS)
+
+
+def _plain(text: str) -> Text:
+    """A ``Text`` of untrusted text, escaped first (rich would drop CR and BEL silently)."""
+    return Text(terminal_safe(text))
+
+
 def jsonable(value: Any) -> Any:
     """Return ``value`` as plain JSON data (datetimes as ISO 8601, enums as values)."""
     return json.loads(json.dumps(value, default=_default))
@@ -88,7 +219,10 @@ def jsonable(value: Any) -> Any:
 
 def dumps(value: Any) -> str:
     """Serialise ``value`` as one line of JSON, the way ``--json`` prints it."""
-    return json.dumps(value, default=_default, ensure_ascii=False, sort_keys=False)
+    text = json.dumps(value, default=_default, ensure_ascii=False, sort_keys=False)
+    # JSON escapes C0 itself; these may only occur inside strings, where
+    # \\uXXXX means the same character, so the object is unchanged.
+    return _UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def short_hash(intent_hash: str) -> str:
@@ -232,11 +366,11 @@ def operations_table(ops: Iterable[Operation], *, title: str = "ledger") -> Tabl
     for op in ops:
         detail = op.receipt.reference if op.receipt is not None else op.error
         table.add_row(
-            Text(op.operation_id),
+            _plain(op.operation_id),
             op.tool,
             _state_text(op.state.value),
             str(op.attempt),
-            Text(detail or ""),
+            _plain(detail or ""),
             op.updated_at.strftime("%H:%M:%S"),
         )
     return table
@@ -256,10 +390,10 @@ def events_table(events: Iterable[Event]) -> Table:
         table.add_row(
             str(event.seq),
             event.at.strftime("%H:%M:%S.%f")[:-3],
-            Text(event.operation_id),
+            _plain(event.operation_id),
             change,
             str(event.attempt),
-            Text(dumps(event.detail) if event.detail else ""),
+            _plain(dumps(event.detail) if event.detail else ""),
         )
     return table
 
@@ -292,10 +426,10 @@ def threads_table(rows: Iterable[tuple[ThreadRecord, str | None]]) -> Table:
         meta = record.metadata
         kind = f"{meta.get('kind', '-')} / {meta.get('model', '-')}"
         table.add_row(
-            Text(record.thread_id),
+            _plain(record.thread_id),
             status or "?",
-            Text(kind),
-            Text(str(record.input.get("task", ""))),
+            _plain(kind),
+            _plain(str(record.input.get("task", ""))),
             record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     return table
@@ -323,7 +457,7 @@ def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
     if op.next_attempt_at is not None:
         rows.append(("next attempt at", op.next_attempt_at.isoformat()))
     for key, value in rows:
-        lines.add_row(key, value if isinstance(value, Text) else Text(value))
+        lines.add_row(key, value if isinstance(value, Text) else _plain(value))
     return Panel(Group(lines, events_table(events)), title=op.operation_id, title_align="left")
 
 
@@ -336,7 +470,7 @@ def print_summary(
 ) -> None:
     """Print what ran, the receipts, the ledger table and the external systems' counts."""
     if result.final_message:
-        console.print(Panel(Text(result.final_message), title="agent", title_align="left"))
+        console.print(Panel(_plain(result.final_message), title="agent", title_align="left"))
     if result.operations:
         title = f"ledger: thread {result.thread_id}"
         console.print(operations_table(result.operations, title=title))
@@ -363,19 +497,25 @@ def pending_text(kind: str, value: Mapping[str, Any]) -> Text:
     text = Text()
     if value.get("error"):
         text.append("previous answer refused: ", style="bold red")
-        text.append(f"{value['error']}\n")
+        text.append(terminal_safe(f"{value['error']}") + "\n")
     if kind == "review":
         for action in value.get("action_requests", []):
             text.append("waiting for review: ", style="yellow")
             text.append(
-                f"{action.get('name')} ({action.get('effect_kind')}) "
-                f"operation {action.get('operation_id')}\n"
+                terminal_safe(
+                    f"{action.get('name')} ({action.get('effect_kind')}) "
+                    f"operation {action.get('operation_id')}"
+                )
+                + "\n"
             )
     else:
         text.append("waiting for reconciliation: ", style="bold red")
         text.append(
-            f"{value.get('tool')} operation {value.get('operation_id')}, "
-            f"attempt {value.get('attempt')}\n"
+            terminal_safe(
+                f"{value.get('tool')} operation {value.get('operation_id')}, "
+                f"attempt {value.get('attempt')}"
+            )
+            + "\n"
         )
     text.rstrip()
     return text
@@ -390,17 +530,17 @@ def _external_table(external: Mapping[str, Any]) -> Table:
     table.add_row(
         "ticket service: tickets",
         str(external.get("tickets")),
-        Text(", ".join(str(t) for t in tickets)),
+        _plain(", ".join(str(t) for t in tickets)),
     )
     table.add_row(
         "mail sink: delivered mails",
         str(external.get("mails_delivered")),
-        Text(", ".join(str(s) for s in external.get("mail_subjects", []))),
+        _plain(", ".join(str(s) for s in external.get("mail_subjects", []))),
     )
     files = external.get("files", [])
     table.add_row(
         "workspace: files",
         str(external.get("workspace_files")),
-        Text(", ".join(f"{f['path']} ({f['bytes']} B)" for f in files)),
+        _plain(", ".join(f"{f['path']} ({f['bytes']} B)" for f in files)),
     )
     return table

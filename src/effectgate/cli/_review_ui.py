@@ -20,7 +20,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from effectgate.cli._render import short_hash
+from effectgate.cli._render import dumps, short_hash, terminal_safe
 
 __all__ = ["ReadLine", "TerminalReviewer", "action_panel", "read_line"]
 
@@ -64,6 +64,9 @@ def read_line(prompt: str, prefill: str = "") -> str:
 
 
 def _preview(text: str) -> RenderableType:
+    # Escape before rich sees it: rich drops CR and BEL from Text, which would
+    # hide them; the console escapes the rest again on output (a no-op then).
+    text = terminal_safe(text)
     looks_like_diff = text.startswith(("---", "diff ")) or "\n@@ " in text
     if looks_like_diff:
         return Syntax(text, "diff", theme="ansi_dark", word_wrap=True)
@@ -83,8 +86,8 @@ def _warnings(action: Mapping[str, Any]) -> list[Text]:
     if action.get("possible_duplicate_of"):
         out.append(
             Text(
-                f"possible duplicate of {action['possible_duplicate_of']}, which "
-                "already succeeded with the same arguments",
+                terminal_safe(f"possible duplicate of {action['possible_duplicate_of']}, which ")
+                + "already succeeded with the same arguments",
                 style="bold yellow",
             )
         )
@@ -92,9 +95,11 @@ def _warnings(action: Mapping[str, Any]) -> list[Text]:
     if conflict:
         out.append(
             Text(
-                f"CONFLICT: operation {conflict.get('operation_id')} is already bound "
-                f"to other arguments (state {conflict.get('stored_state')}): "
-                f"{json.dumps(conflict.get('stored_args'))}",
+                terminal_safe(
+                    f"CONFLICT: operation {conflict.get('operation_id')} is already bound "
+                    f"to other arguments (state {conflict.get('stored_state')}): "
+                    f"{json.dumps(conflict.get('stored_args'))}"
+                ),
                 style="bold red",
             )
         )
@@ -124,7 +129,7 @@ def action_panel(action: Mapping[str, Any], index: int, total: int) -> Panel:
         ("approval valid", "until used" if ttl is None else f"{ttl:.0f} s"),
     ]
     for key, value in rows:
-        grid.add_row(key, Text(value))
+        grid.add_row(key, Text(terminal_safe(value)))
     args = Syntax(
         json.dumps(action.get("args", {}), indent=2, ensure_ascii=False),
         "json",
@@ -239,7 +244,7 @@ class TerminalReviewer:
         }
 
     def _edit_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        text = json.dumps(args, ensure_ascii=False)
+        text = dumps(args)  # the prefill is echoed by readline: no raw controls
         while True:
             self.console.print("[bold]edit the arguments[/] (JSON object; empty line cancels)")
             try:
@@ -287,7 +292,7 @@ def _reconciliation_panel(request: Mapping[str, Any]) -> Panel:
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for key in ("tool", "operation_id", "attempt"):
-        grid.add_row(key.replace("_id", ""), Text(str(request.get(key))))
+        grid.add_row(key.replace("_id", ""), Text(terminal_safe(str(request.get(key)))))
     evidence = Syntax(
         json.dumps(request.get("evidence", {}), indent=2, default=str),
         "json",
@@ -296,7 +301,8 @@ def _reconciliation_panel(request: Mapping[str, Any]) -> Panel:
     )
     parts: list[RenderableType] = [grid, Text("evidence", style="bold"), evidence]
     if request.get("error"):
-        parts.append(Text(f"previous answer refused: {request['error']}", style="red"))
+        refused = terminal_safe(f"previous answer refused: {request['error']}")
+        parts.append(Text(refused, style="red"))
     return Panel(
         Group(*parts),
         title="outcome unknown: did it happen?",

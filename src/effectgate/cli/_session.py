@@ -10,7 +10,6 @@ way, because every effect already went through the ledger (DESIGN §6).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from effectgate._failpoints import ENV_VAR, Failpoint, per_tool
 from effectgate.cli._decisions import DecisionSource
+from effectgate.cli._render import tool_line
 from effectgate.cli._signals import Stopper
 from effectgate.errors import ConfigError, DecisionError
 
@@ -91,19 +91,11 @@ def external_counts(services_dir: Path, workspace: Path) -> dict[str, Any]:
         bytes, sha256).
     """
     from effectgate.demo import read_mails, read_tickets
+    from effectgate.tools._workspace import inventory
 
     tickets = read_tickets(services_dir) if services_dir.is_dir() else []
     mails = read_mails(services_dir) if services_dir.is_dir() else []
-    files = []
-    for path in sorted(p for p in workspace.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        files.append(
-            {
-                "path": path.relative_to(workspace).as_posix(),
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
-        )
+    files = inventory(workspace)  # bounded; never follows a workspace symlink
     return {
         "tickets": len(tickets),
         "mails_delivered": len(mails),
@@ -291,5 +283,5 @@ def _describe(node: str, message: Any) -> str:
     if len(content) > 160:
         content = content[:157] + "..."
     if getattr(message, "type", None) == "tool":
-        return f"{getattr(message, 'name', None) or node}: {content}"
+        return f"{getattr(message, 'name', None) or node}: {tool_line(str(message.content))}"
     return f"model: {content}"

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import hmac
 import ipaddress
 import json
 import os
+import secrets
 import sqlite3
 import sys
 import tempfile
@@ -33,6 +35,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from effectgate.errors import ConfigError
 
@@ -397,11 +400,92 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+ADMIN_TOKEN_HEADER = "X-Effectgate-Admin-Token"
+"""Header carrying the per-run admin token on requests that change a server's behaviour."""
+ADMIN_TOKEN_ENV = "EFFECTGATE_DEMO_ADMIN_TOKEN"
+"""A token given to a server in its environment; otherwise it makes up its own."""
+MAX_BODY_BYTES = 1024 * 1024
+"""Largest request body a demo server reads (bytes)."""
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def admin_token() -> str:
+    """Return this server process's admin token: ``$EFFECTGATE_DEMO_ADMIN_TOKEN`` or a new one.
+
+    The token is written into the ready file (created ``0600`` by
+    ``write_ready_file``), so only the user who started the server, through
+    ``DemoServices``, can change its faults or metrics.
+    """
+    return os.environ.get(ADMIN_TOKEN_ENV) or secrets.token_urlsafe(24)
+
+
+def _loopback_host(value: str | None) -> bool:
+    """Whether a ``Host`` header names a loopback address (with or without a port)."""
+    if not value:
+        return False
+    host = value.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else ""
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class JsonRequestHandler(BaseHTTPRequestHandler):
-    """``http.server`` handler with JSON helpers; HTTP/1.1 with Content-Length always set."""
+    """``http.server`` handler with JSON helpers; HTTP/1.1 with Content-Length always set.
+
+    Every request is checked before its handler runs (``parse_request``):
+
+    - ``Host`` must name a loopback address, so a web page whose DNS name was
+      rebound to 127.0.0.1 ("DNS rebinding") is answered 403, not served;
+    - ``Content-Length``, when present, must be a decimal number up to
+      ``MAX_BODY_BYTES``: anything else is answered 400 (413 when too large)
+      and the connection closed, instead of a silent close;
+    - requests in ``admin_requests`` (fault injection, metrics) need the
+      server's per-run token in ``X-Effectgate-Admin-Token`` (403 otherwise). A
+      custom header also makes a browser send a CORS preflight first, which
+      these servers never answer, so a page cannot even try.
+    """
 
     protocol_version = "HTTP/1.1"
     server_version = "effectgate-demo/1"
+    admin_requests: frozenset[tuple[str, str]] = frozenset()
+    """``(method, path)`` pairs that need the admin token."""
+
+    def parse_request(self) -> bool:
+        """Parse the request line and headers, then refuse a hostile request (see class doc)."""
+        if not super().parse_request():
+            return False
+        problem = self._guard()
+        if problem is None:
+            return True
+        self.close_connection = True  # the body, if any, was not read
+        self.send_problem(problem)
+        return False
+
+    def _guard(self) -> HttpProblem | None:
+        if not _loopback_host(self.headers.get("Host")):
+            return HttpProblem(status=403, error="forbidden_host", detail="Host must be loopback")
+        length = self.headers.get("Content-Length")
+        if length is not None:
+            text = length.strip()
+            if not text.isdigit() or not text.isascii():
+                return HttpProblem(status=400, error="bad_content_length")
+            if int(text) > MAX_BODY_BYTES:
+                return HttpProblem(status=413, error="body_too_large")
+        if self.headers.get("Transfer-Encoding"):
+            return HttpProblem(status=400, error="transfer_encoding_not_supported")
+        if (self.command, urlsplit(self.path).path) in self.admin_requests:
+            expected = getattr(self.server, "admin_token", None)
+            given = self.headers.get(ADMIN_TOKEN_HEADER) or ""
+            if not expected or not hmac.compare_digest(given.encode(), str(expected).encode()):
+                return HttpProblem(status=403, error="admin_token_required")
+        return None
 
     def read_json(self) -> Any:
         """Read and parse the request body (always consumed, so keep-alive stays in sync).
@@ -409,7 +493,7 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
         Raises:
             HttpProblem: 400, the body is not JSON.
         """
-        length = int(self.headers.get("Content-Length") or 0)
+        length = int(self.headers.get("Content-Length") or 0)  # checked in parse_request
         raw = self.rfile.read(length) if length > 0 else b""
         try:
             return json.loads(raw or b"null")

@@ -45,6 +45,7 @@ from effectgate.demo._faults import (
     FaultState,
     HttpProblem,
     JsonRequestHandler,
+    admin_token,
     bind_address,
     connect_db,
     migrate,
@@ -253,10 +254,12 @@ class _HttpServer(ThreadingHTTPServer):
         super().__init__((host, port), _HttpHandler)
         self.store = store
         self.faults = faults
+        self.admin_token = admin_token()
 
 
 class _HttpHandler(JsonRequestHandler):
     server: _HttpServer
+    admin_requests = frozenset({("POST", "/_admin/fault")})
 
     def do_GET(self) -> None:
         """Serve the mailbox, lookups by Message-ID and admin reads."""
@@ -332,7 +335,12 @@ async def _serve(args: argparse.Namespace) -> None:
     smtp_port = int(smtp.sockets[0].getsockname()[1])
     http_port = int(http.server_address[1])
     if args.ready_file:
-        ready = {"smtp_port": smtp_port, "http_port": http_port, "pid": os.getpid()}
+        ready = {
+            "smtp_port": smtp_port,
+            "http_port": http_port,
+            "pid": os.getpid(),
+            "admin_token": http.admin_token,
+        }
         write_ready_file(args.ready_file, ready)
     print(
         f"mail sink listening: smtp://{args.host}:{smtp_port} http://{args.host}:{http_port}",

@@ -34,7 +34,7 @@ from typing import IO, Any, Literal
 
 import httpx
 
-from effectgate.demo._faults import bind_address, write_ready_file
+from effectgate.demo._faults import ADMIN_TOKEN_HEADER, bind_address, write_ready_file
 from effectgate.errors import ServiceStartError
 
 __all__ = ["DemoServices", "ServiceEndpoints", "read_mails", "read_tickets"]
@@ -269,7 +269,14 @@ class DemoServices:
     def _admin(self, method: str, service: Service, path: str, body: Any) -> Any:
         endpoints = self.endpoints
         base = endpoints.ticket_url if service == "tickets" else endpoints.mail_url
-        response = httpx.request(method, base + path, json=body, timeout=_ADMIN_TIMEOUT_S)
+        token = str(self._running[service].ready.get("admin_token", ""))
+        response = httpx.request(
+            method,
+            base + path,
+            json=body,
+            headers={ADMIN_TOKEN_HEADER: token},
+            timeout=_ADMIN_TIMEOUT_S,
+        )
         response.raise_for_status()
         return response.json()
 

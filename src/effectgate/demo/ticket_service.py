@@ -47,6 +47,7 @@ from effectgate.demo._faults import (
     FaultState,
     HttpProblem,
     JsonRequestHandler,
+    admin_token,
     bind_address,
     connect_db,
     migrate,
@@ -280,6 +281,7 @@ class TicketServer(ThreadingHTTPServer):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), TicketHandler)
         self.store = store
+        self.admin_token = admin_token()
         self.faults = FaultState()
         self._aborted: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._aborted_lock = threading.Lock()
@@ -304,6 +306,7 @@ class TicketHandler(JsonRequestHandler):
     """Routes of the ticket service."""
 
     server: TicketServer
+    admin_requests = frozenset({("POST", "/_admin/fault"), ("PUT", "/metrics/error_rate")})
 
     def do_GET(self) -> None:
         """Serve lists, lookups, metrics and admin reads."""
@@ -455,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     port = int(server.server_address[1])
     signal.signal(signal.SIGTERM, _on_sigterm)
     if args.ready_file:
-        write_ready_file(args.ready_file, {"port": port, "pid": os.getpid()})
+        ready = {"port": port, "pid": os.getpid(), "admin_token": server.admin_token}
+        write_ready_file(args.ready_file, ready)
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     print(f"ticket service listening on {url}", file=sys.stderr, flush=True)
     try:

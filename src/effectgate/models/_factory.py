@@ -34,14 +34,22 @@ import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import yaml
 from langchain_core.language_models import BaseChatModel
 
+from effectgate._untrusted import parse_json, parse_yaml, read_regular_file
 from effectgate.errors import ConfigError
 from effectgate.models._scripted import ScriptedChatModel, validate_script
 
-__all__ = ["DEFAULT_OPENAI_MAX_RETRIES", "load_script", "make_model"]
+__all__ = [
+    "DEFAULT_OPENAI_MAX_RETRIES",
+    "check_base_url",
+    "load_script",
+    "make_model",
+    "redact_url",
+]
 
 DEFAULT_OPENAI_MAX_RETRIES = 2
 """Retries of one failed model request (3 HTTP requests at most); never a tool retry."""
@@ -74,7 +82,7 @@ def _load_packaged(name: str) -> dict[str, Any]:
 
 def _parse(text: str, suffix: str, source: str) -> dict[str, Any]:
     try:
-        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+        data = parse_json(text) if suffix == ".json" else parse_yaml(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"script {source}: invalid JSON: {exc}") from exc
     except yaml.YAMLError as exc:
@@ -108,13 +116,72 @@ def load_script(name_or_path: str) -> dict[str, Any]:
     path = Path(text).expanduser()
     if path.suffix not in _SUFFIXES:
         raise ConfigError(f"script {path}: the file must end in {', '.join(_SUFFIXES)}")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"script file not found: {path}")
     try:
-        body = path.read_text(encoding="utf-8")
+        body = read_regular_file(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"script {path}: cannot be read: {exc}") from exc
     return _parse(body, path.suffix, str(path))
+
+
+_SECRET_QUERY_NAMES = ("key", "token", "secret", "password", "passwd", "auth", "sig")
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its user-info and query replaced by ``***`` (safe to print)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    if parts.username is not None or parts.password is not None:
+        host = f"***@{host}"
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+def check_base_url(url: str, *, origin: str = "--base-url") -> str:
+    """Refuse a base URL that carries credentials, so none is stored or printed.
+
+    The thread's metadata keeps the base URL (``resume`` rebuilds the model
+    from it), and error messages name it; a password in the URL's user-info or
+    a key in its query string would end up in the ledger and on the terminal.
+    The key belongs in ``OPENAI_API_KEY`` (or ``--api-key``), which is never
+    stored.
+
+    Args:
+        url: the URL as given.
+        origin: where it came from, named in the error.
+
+    Returns:
+        ``url`` unchanged.
+
+    Raises:
+        ConfigError: the URL has a user name or password, a query parameter
+            named like a credential, or is not http(s); the message shows the
+            URL with those parts redacted.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises ValueError for a bad port
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: not a URL ({exc})") from None
+    if not parts.hostname:  # not a URL at all: maybe the key itself, so not echoed
+        raise ConfigError(f"{origin}: give an http:// or https:// URL with a host")
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"{origin} {redact_url(url)!r}: give an http:// or https:// URL")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"{origin} {redact_url(url)!r} carries credentials; they would be stored with "
+            "the thread: give the key in OPENAI_API_KEY or --api-key instead"
+        )
+    names = [name.lower() for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    if any(word in name for name in names for word in _SECRET_QUERY_NAMES):
+        raise ConfigError(
+            f"{origin} {redact_url(url)!r} has a credential in its query string; it would be "
+            "stored with the thread: give the key in OPENAI_API_KEY or --api-key instead"
+        )
+    return url
 
 
 def _make_openai(
@@ -135,11 +202,13 @@ def _make_openai(
         raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
     if timeout_s <= 0:
         raise ConfigError(f"timeout_s must be > 0 seconds, got {timeout_s}")
+    if not base_url and os.environ.get("OPENAI_BASE_URL"):
+        base_url = check_base_url(os.environ["OPENAI_BASE_URL"], origin="OPENAI_BASE_URL")
     from langchain_openai import ChatOpenAI  # heavy import, only when asked for
 
     return ChatOpenAI(
         model=model,
-        base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+        base_url=base_url or None,
         api_key=key,  # type: ignore[arg-type]  # pydantic coerces str to SecretStr
         max_retries=max_retries,
         timeout=timeout_s,
@@ -180,8 +249,11 @@ def make_model(
 
     Raises:
         ConfigError: unknown provider, empty name, bad script, missing API key,
+            credentials in ``base_url`` (see ``check_base_url``),
             negative ``max_retries`` or non-positive ``timeout_s``.
     """
+    if base_url:
+        check_base_url(base_url)  # stored with the thread whatever the provider
     provider, sep, rest = spec.partition(":")
     rest = rest.strip()
     if not sep or not rest:

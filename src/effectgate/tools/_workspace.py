@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import stat
 from collections import deque
@@ -48,7 +49,13 @@ from typing import Literal
 
 from effectgate.errors import WorkspaceError
 
-__all__ = ["Location", "locate", "normalize_relative", "resolve_in_workspace"]
+__all__ = [
+    "Location",
+    "inventory",
+    "locate",
+    "normalize_relative",
+    "resolve_in_workspace",
+]
 
 _MAX_SYMLINK_HOPS = 40
 """Same bound as Linux's MAXSYMLINKS; also bounds retries after a lost race."""
@@ -306,3 +313,107 @@ def resolve_in_workspace(workspace: Path, relative: str) -> Path:
     with locate(workspace, relative, missing="lexical") as loc:
         base = Path(os.path.realpath(workspace), *loc.parts)
         return base / loc.name if loc.name else base
+
+
+INVENTORY_MAX_ENTRIES = 10_000
+"""``inventory`` looks at no more directory entries than this."""
+INVENTORY_MAX_DEPTH = 64
+"""``inventory`` descends no deeper than this many directories."""
+INVENTORY_HASH_BYTES = 1024 * 1024
+"""``inventory`` hashes files up to this size (bytes); larger ones get ``sha256: None``."""
+
+
+def _digest(dir_fd: int, name: str, st: os.stat_result) -> str | None:
+    from effectgate._untrusted import open_regular  # the one home of bounded opens
+
+    if st.st_size > INVENTORY_HASH_BYTES or st.st_nlink > 1:
+        return None  # too big to read now, or maybe someone else's file
+    try:
+        fd = open_regular(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    try:
+        digest = hashlib.sha256()
+        left = INVENTORY_HASH_BYTES
+        while left > 0 and (chunk := os.read(fd, min(65536, left))):
+            digest.update(chunk)
+            left -= len(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def inventory(workspace: str | os.PathLike[str]) -> list[dict[str, object]]:
+    """List the regular files under a workspace, for a summary; never follows a link.
+
+    The workspace's contents are untrusted, so the walk is bounded: entries are
+    ``lstat``-ed (a symlink to ``/etc/shadow`` or a 10 GB file is neither
+    listed nor read), directories are opened relative to their parent's
+    descriptor with ``O_NOFOLLOW`` (a tree deeper than ``PATH_MAX`` is walked
+    without ever forming its full path for a system call), at most
+    ``INVENTORY_MAX_DEPTH`` levels and ``INVENTORY_MAX_ENTRIES`` entries are
+    visited, only files up to ``INVENTORY_HASH_BYTES`` with one hard link are
+    hashed, and unreadable parts are skipped. FIFOs and devices are not opened.
+
+    Args:
+        workspace: the workspace root; missing or not a directory -> ``[]``.
+
+    Returns:
+        ``[{"path", "bytes", "sha256"}]`` sorted by path; ``sha256`` is a hex
+        string, or ``None`` when the file was not hashed.
+    """
+    try:
+        root = os.open(workspace, _DIR_FLAGS)
+    except OSError:
+        return []
+    found: list[dict[str, object]] = []
+    budget = [INVENTORY_MAX_ENTRIES]
+    # Depth-first with one open descriptor per level (at most MAX_DEPTH + 1).
+    frames: list[tuple[int, str, Iterator[str]]] = [(root, "", _names(root))]
+    try:
+        while frames:
+            dir_fd, prefix, names = frames[-1]
+            child = _next_child(dir_fd, prefix, names, found, budget)
+            if child is None:
+                frames.pop()
+                os.close(dir_fd)
+            elif len(frames) <= INVENTORY_MAX_DEPTH:
+                with contextlib.suppress(OSError):
+                    fd = os.open(child, _DIR_FLAGS, dir_fd=dir_fd)
+                    frames.append((fd, f"{prefix}{child}/", _names(fd)))
+    finally:
+        for dir_fd, _, _ in frames:
+            os.close(dir_fd)
+    found.sort(key=lambda entry: str(entry["path"]))
+    return found
+
+
+def _names(dir_fd: int) -> Iterator[str]:
+    try:
+        return iter(sorted(os.listdir(dir_fd)))
+    except OSError:
+        return iter(())
+
+
+def _next_child(
+    dir_fd: int,
+    prefix: str,
+    names: Iterator[str],
+    found: list[dict[str, object]],
+    budget: list[int],
+) -> str | None:
+    """Record regular files from ``names`` until a directory turns up; return its name."""
+    for name in names:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            digest = _digest(dir_fd, name, st)
+            found.append({"path": f"{prefix}{name}", "bytes": st.st_size, "sha256": digest})
+        elif stat.S_ISDIR(st.st_mode):
+            return name
+    return None

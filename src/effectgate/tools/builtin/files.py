@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from effectgate._untrusted import open_regular, read_bounded
 from effectgate.errors import NotAccepted, OutcomeUnknown, Rejected, WorkspaceError
 from effectgate.tools._contract import EffectKind, ToolContext, ToolResult, ToolSpec
 from effectgate.tools._workspace import Location, locate, normalize_relative
@@ -119,19 +120,30 @@ def _leaf(loc: Location, path: str) -> str:
     return loc.name
 
 
+def _single_link(fd: int, path: str) -> os.stat_result:
+    """Refuse a file with other hard links: its bytes may live outside the workspace.
+
+    A hard link is not a symlink: nothing on the path says where else the
+    inode is reachable, so a link to a file outside the workspace would be
+    read or appended to as if it were inside. Checked on the open descriptor,
+    at the moment of the read or the append, not at review time.
+    """
+    st = os.fstat(fd)
+    if st.st_nlink > 1:
+        raise WorkspaceError(
+            f"path {path!r} has {st.st_nlink} hard links; a file with other links may "
+            "be outside the workspace, so it is refused",
+            path=path,
+        )
+    return st
+
+
 def _read_leaf(loc: Location, path: str) -> bytes:
-    """Read a regular file at ``loc`` without following a symlink swapped in late."""
-    fd = os.open(_leaf(loc, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=loc.dir_fd)
+    """Read a regular, singly linked file at ``loc``: no symlink, FIFO or device, bounded."""
+    fd = open_regular(_leaf(loc, path), dir_fd=loc.dir_fd, follow_symlinks=False)
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-        if st.st_size > MAX_READ_BYTES:
-            raise OSError(errno.EFBIG, f"file is {st.st_size} bytes, over {MAX_READ_BYTES}", path)
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        _single_link(fd, path)
+        return read_bounded(fd, MAX_READ_BYTES, path)
     finally:
         os.close(fd)
 
@@ -269,13 +281,24 @@ class _FileTools:
 
     def append_file(self, args: AppendFileArgs, ctx: ToolContext) -> ToolResult:
         data = args.content.encode("utf-8")
+        # O_NONBLOCK: opening a FIFO for writing with no reader fails (ENXIO)
+        # instead of waiting; the fstat below refuses any non-regular file.
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags |= os.O_NONBLOCK | os.O_NOCTTY
         with (
             _not_applied_on_error("append_file", args.path),
             locate(self.workspace, args.path, missing="create") as loc,
         ):
-            fd = os.open(_leaf(loc, args.path), flags, 0o666, dir_fd=loc.dir_fd)
             try:
+                fd = os.open(_leaf(loc, args.path), flags, 0o666, dir_fd=loc.dir_fd)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # a FIFO with no reader, a socket
+                    raise
+                raise OSError(errno.EINVAL, "not a regular file", args.path) from exc
+            try:
+                if not stat.S_ISREG(_single_link(fd, args.path).st_mode):
+                    raise OSError(errno.EINVAL, "not a regular file", args.path)
+                os.set_blocking(fd, True)
                 size = self._append(fd, loc, data, args.path)
             finally:
                 os.close(fd)
@@ -334,7 +357,12 @@ def file_tools(workspace: str | os.PathLike[str]) -> list[ToolSpec]:
     absolute paths are refused by the schema (``ToolCallError`` from
     ``ToolSpec.normalize``), and symlinks leading out are refused when the tool
     runs (``Rejected`` with the ``WorkspaceError`` as ``__cause__``). Symlinks
-    that stay inside the workspace are followed.
+    that stay inside the workspace are followed. Only regular files are read
+    or appended to, opened with ``O_NONBLOCK | O_NOFOLLOW`` and checked with
+    ``fstat`` (a FIFO or device is refused at once, never waited on), and a
+    file with more than one hard link is refused by ``read_file`` and
+    ``append_file``: its other name may be outside the workspace. These checks
+    run when the tool runs, whatever the review saw.
 
     - ``read_file(path)`` (READ) -> ``{"path", "content"}``; UTF-8, undecodable
       bytes replaced; files over ``MAX_READ_BYTES`` are refused.

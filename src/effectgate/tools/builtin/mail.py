@@ -22,6 +22,7 @@ import email.policy
 import hashlib
 import re
 import smtplib
+import unicodedata
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Annotated, Any
@@ -75,9 +76,18 @@ def _recipients(values: list[str]) -> list[str]:
 
 
 def _single_line(value: str) -> str:
-    if "\r" in value or "\n" in value:
-        raise ValueError("the subject must be one line")
+    # Every line break str.splitlines() knows (VT, FF, NEL, U+2028...) and any
+    # other control character would break or be refused by the header encoder
+    # at dispatch; refuse them at review instead.
+    bad = sorted({c for c in value if c != "\t" and unicodedata.category(c) in _CONTROL})
+    if bad:
+        shown = ", ".join(f"U+{ord(c):04X}" for c in bad)
+        raise ValueError(f"the subject must be one line of text; it contains {shown}")
     return value.strip()
+
+
+_CONTROL = frozenset({"Cc", "Zl", "Zp", "Cs"})
+"""Controls, line/paragraph separators, lone surrogates."""
 
 
 def _unix_newlines(value: str) -> str:
@@ -133,7 +143,11 @@ class _Mail:
 
     def send(self, args: SendEmailArgs, ctx: ToolContext) -> ToolResult:
         message_id = message_id_for(ctx.operation_id)
-        payload = _render(args, self.sender, message_id)
+        try:
+            payload = _render(args, self.sender, message_id)
+        except (ValueError, TypeError, UnicodeError) as exc:
+            # Raised before any connection: nothing was sent, so no retry.
+            raise Rejected(f"send_email: not sent: the message cannot be encoded: {exc}") from exc
         try:
             smtp = smtplib.SMTP(
                 self.smtp_host, self.smtp_port, _LOCAL_HOSTNAME, timeout=self.timeout_s

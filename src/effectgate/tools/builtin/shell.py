@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
+import threading
+import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from effectgate.errors import OutcomeUnknown, Rejected
 from effectgate.tools._contract import EffectKind, ToolContext, ToolResult, ToolSpec
 
-__all__ = ["MAX_OUTPUT_BYTES", "RunShellArgs", "shell_tool"]
+__all__ = ["MAX_OUTPUT_BYTES", "RunShellArgs", "child_environment", "shell_tool"]
 
 MAX_OUTPUT_BYTES = 16 * 1024
 """stdout and stderr are each cut to this many bytes, with a note saying how much was dropped."""
@@ -22,21 +26,83 @@ _REAP_TIMEOUT_S = 5.0
 """How long to wait for pipes to close after killing a timed-out command (seconds)."""
 
 
+_SECRET_NAME = re.compile(
+    r"(^|_)(API_?KEY|KEY|KEY_ID|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|AUTH)(_|$)"
+    r"|SECRET|PASSWORD|TOKEN|PRIVATE_KEY|API_KEY",
+    re.IGNORECASE,
+)
+"""Environment variable names that look like credentials (``OPENAI_API_KEY``,
+``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``, ``DB_PASSWORD``)."""
+
+
+def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the environment a command runs with: this process's, minus credentials.
+
+    The command's output is stored in both SQLite files (the receipt, the
+    checkpointed tool message) and sent to the model, so a credential the
+    child could print would leak three ways. Variables whose names look like
+    credentials (see ``_SECRET_NAME``: ``*_KEY``, ``*_TOKEN``, ``*SECRET*``,
+    ``*PASSWORD*``, ``*_CREDENTIALS``, ``*_AUTH``) are left out. This is a
+    deny-list: a secret under an innocent name still reaches the command.
+
+    Args:
+        environ: the environment to filter; default ``os.environ``.
+
+    Returns:
+        A new dict to hand to ``subprocess``.
+    """
+    source = os.environ if environ is None else environ
+    return {name: value for name, value in source.items() if not _SECRET_NAME.search(name)}
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        # execve() cannot pass a NUL; the error would come only at dispatch.
+        raise ValueError("the command contains a NUL byte, which no shell can receive")
+    return value
+
+
 class RunShellArgs(BaseModel):
     """Arguments of run_shell."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    command: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] = Field(
-        description="A /bin/sh command line, run in the workspace directory."
-    )
+    command: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1), AfterValidator(_no_nul)
+    ] = Field(description="A /bin/sh command line, run in the workspace directory.")
 
 
-def _clip(data: bytes) -> str:
-    if len(data) <= MAX_OUTPUT_BYTES:
-        return data.decode("utf-8", "replace")
-    dropped = len(data) - MAX_OUTPUT_BYTES
-    head = data[:MAX_OUTPUT_BYTES].decode("utf-8", "replace")
-    return f"{head}\n[effectgate: output truncated; {dropped} more bytes not shown]"
+def _clip(data: bytes, dropped: int) -> str:
+    text = data.decode("utf-8", "replace")
+    if not dropped:
+        return text
+    return f"{text}\n[effectgate: output truncated; {dropped} more bytes not shown]"
+
+
+class _Capped:
+    """Drain a pipe on a thread, keeping the first ``MAX_OUTPUT_BYTES`` and counting the rest."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self.kept = bytearray()
+        self.dropped = 0
+        self._pipe = pipe
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := self._pipe.read1(65536):  # type: ignore[attr-defined]
+                room = MAX_OUTPUT_BYTES - len(self.kept)
+                self.kept += chunk[:room]
+                self.dropped += max(0, len(chunk) - room)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def text(self) -> str:
+        return _clip(bytes(self.kept), self.dropped)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -45,7 +111,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.communicate(timeout=_REAP_TIMEOUT_S)
+        proc.wait(timeout=_REAP_TIMEOUT_S)
 
 
 class _Shell:
@@ -59,29 +125,42 @@ class _Shell:
                 args.command,
                 shell=True,
                 cwd=self.workspace,
+                env=child_environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
+            # Raised before the shell existed: nothing ran.
             raise Rejected(f"run_shell: could not start /bin/sh: {exc}") from exc
+        assert proc.stdout is not None and proc.stderr is not None
+        # Output past the cap is read and thrown away as it comes, so `yes`
+        # costs a CPU for its timeout, never memory.
+        out, err = _Capped(proc.stdout), _Capped(proc.stderr)
+        deadline = time.monotonic() + self.timeout_s
         try:
-            stdout, stderr = proc.communicate(timeout=self.timeout_s)
+            proc.wait(timeout=self.timeout_s)
+            # As communicate() does: done when the pipes close too (children included).
+            for capped in (out, err):
+                capped.join(max(0.0, deadline - time.monotonic()))
+            if out.running() or err.running():
+                raise subprocess.TimeoutExpired(args.command, self.timeout_s)
         except subprocess.TimeoutExpired as exc:
             _kill_group(proc)
             raise OutcomeUnknown(
                 f"run_shell: still running after {self.timeout_s} s and killed; "
                 f"what it changed before that is unknown: {args.command!r}"
             ) from exc
-        value = {"exit_code": proc.returncode, "stdout": _clip(stdout), "stderr": _clip(stderr)}
+        value = {"exit_code": proc.returncode, "stdout": out.text(), "stderr": err.text()}
         return ToolResult(value=value)
 
     def preview(self, args: RunShellArgs) -> str:
         return (
             f"$ {args.command}\n"
             f"(cwd {self.workspace}, timeout {self.timeout_s} s; NO sandbox: runs as this "
-            "process's user, with its environment and network access)\n"
+            "process's user, with its environment minus credential variables, and network "
+            "access)\n"
         )
 
 
@@ -89,7 +168,8 @@ def shell_tool(workspace: str | os.PathLike[str], *, timeout_s: float = 30.0) ->
     """Build run_shell: run a ``/bin/sh`` command line with the workspace as cwd.
 
     There is NO sandbox. The command runs as the current user, with the
-    current environment and network access, and can read or change anything
+    current environment minus variables named like credentials (see
+    ``child_environment``) and network access, and can read or change anything
     that user can, inside the workspace or not: the working directory is a
     convenience, not a boundary. That is why the tool is UNSAFE (a repeat may
     repeat its effects; nothing can be asked afterwards) and

@@ -20,12 +20,20 @@ read/write timeout or error, protocol error         ``OutcomeUnknown``
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
 
 from effectgate._retry_after import parse_retry_after
 from effectgate.errors import NotAccepted, OutcomeUnknown, Rejected
@@ -61,6 +69,26 @@ def _blank_to_none(value: Any) -> Any:
     return value.strip() if isinstance(value, str) else value
 
 
+_HEADER_SAFE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
+"""Visible ASCII, inner spaces allowed: what an HTTP field value carries as is (RFC 9110 §5.5)."""
+_MAX_ALERT_ID = 200
+
+
+def _alert_id(value: str | None) -> str | None:
+    # The alert id becomes the Idempotency-Key header (``ticket:{alert_id}``):
+    # CR/LF, other controls or non-ASCII could never be sent, so they are
+    # refused here, at review, rather than found out at dispatch.
+    if value is None:
+        return None
+    if len(value) > _MAX_ALERT_ID:
+        raise ValueError(f"at most {_MAX_ALERT_ID} characters")
+    if not _HEADER_SAFE.fullmatch(value):
+        raise ValueError(
+            "only visible ASCII characters and inner spaces (it is sent as an HTTP header)"
+        )
+    return value
+
+
 class GetErrorRateArgs(BaseModel):
     """Arguments of get_error_rate."""
 
@@ -76,8 +104,8 @@ class CreateTicketArgs(BaseModel):
     title: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
     body: str = Field(description="Ticket description (plain text).")
     severity: Annotated[Severity, BeforeValidator(_lower)] = "high"
-    alert_id: Annotated[str | None, BeforeValidator(_blank_to_none)] = Field(
-        None, description="The alert this ticket is about; one ticket per alert."
+    alert_id: Annotated[str | None, BeforeValidator(_blank_to_none), AfterValidator(_alert_id)] = (
+        Field(None, description="The alert this ticket is about; one ticket per alert.")
     )
 
 
@@ -153,13 +181,10 @@ class _Tickets:
     def create_ticket(self, args: CreateTicketArgs, ctx: ToolContext) -> ToolResult:
         url = f"{self.base_url}/tickets"
         what = f"POST {url} (Idempotency-Key {ctx.operation_id!r})"
+        request = self._create_request(url, args, ctx, what)
         try:
             with self._client() as client:
-                response = client.post(
-                    url,
-                    json=args.model_dump(mode="json"),
-                    headers={"Idempotency-Key": ctx.operation_id},
-                )
+                response = client.send(request)
         except _NOT_SENT as exc:
             raise NotAccepted(f"{what}: {type(exc).__name__}: {exc}") from exc
         except _MAYBE_SENT as exc:
@@ -173,6 +198,26 @@ class _Tickets:
         except ValueError as exc:
             # A 2xx means the ticket exists; only its receipt is unreadable.
             raise OutcomeUnknown(f"{what}: HTTP {response.status_code}, bad body: {exc}") from exc
+
+    def _create_request(
+        self, url: str, args: CreateTicketArgs, ctx: ToolContext, what: str
+    ) -> httpx.Request:
+        """Build the POST, or refuse with ``Rejected`` ("not sent") if it cannot be sent.
+
+        Everything that could fail while encoding (a header value HTTP cannot
+        carry, text JSON cannot encode) fails here, before any connection is
+        opened: proof that nothing reached the server, so no retry and no
+        reconciliation are needed.
+        """
+        key = ctx.operation_id
+        try:
+            if not _HEADER_SAFE.fullmatch(key):
+                raise ValueError(f"Idempotency-Key {key!r} is not visible ASCII")
+            return httpx.Request(
+                "POST", url, json=args.model_dump(mode="json"), headers={"Idempotency-Key": key}
+            )
+        except (ValueError, TypeError, UnicodeError, httpx.HTTPError) as exc:
+            raise Rejected(f"{what}: not sent: the request cannot be encoded: {exc}") from exc
 
     def lookup(self, args: BaseModel, ctx: ToolContext) -> Lookup:
         """Find the ticket created with ``ctx.operation_id`` as its key; never raises."""

@@ -1,0 +1,90 @@
+"""The few hostile cases that need a real ``effectgate`` process.
+
+A FIFO that would block an ``open`` for ever, and a secret inherited from the
+real environment of the process: both are only honest in a process of their
+own. Each has a timeout well under the old behaviour (blocking for ever).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from effectgate._app import StateDir
+from tests.hostile.conftest import SECRET
+
+CLI = [sys.executable, "-m", "effectgate.cli"]
+
+
+def _eg(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
+    env.update({"OPENAI_API_KEY": SECRET, "GITHUB_TOKEN": SECRET, "NO_COLOR": "1"})
+    return subprocess.run(
+        [*CLI, *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def _model(tmp_path: Path, calls: list[dict[str, Any]]) -> str:
+    path = tmp_path / "model.json"
+    turns = [{"tool_calls": calls}]
+    path.write_text(json.dumps({"name": "p", "final": "done", "turns": turns}))
+    return f"scripted:{path}"
+
+
+def _no_secret(state: Path) -> None:
+    for path in state.glob("*.sqlite3*"):
+        assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.slow
+def test_fifo_in_workspace_neither_blocks_read_nor_review(tmp_path: Path) -> None:
+    """read_file on a FIFO is refused at once; a write_file preview onto it returns."""
+    state = tmp_path / "state"
+    os.mkfifo(StateDir.open(state).workspace / "pipe")
+    calls = [
+        {"name": "read_file", "args": {"path": "pipe"}},
+        {"name": "write_file", "args": {"path": "pipe", "content": "x"}},
+    ]
+    ran = _eg("run", "t", "--model", _model(tmp_path, calls), "--state-dir", str(state), "--json")
+    assert ran.returncode == 4, ran.stderr  # waiting for review of the write
+    out = json.loads(ran.stdout)
+    (review,) = out["interrupts"]
+    preview = review["value"]["action_requests"][0]["preview"]
+    assert "not a regular file" in preview
+    _no_secret(state)
+
+
+def test_decisions_fifo_does_not_hang(tmp_path: Path) -> None:
+    """``--decisions FIFO`` is refused in the time it takes to open it without blocking."""
+    fifo = tmp_path / "decisions.json"
+    os.mkfifo(fifo)
+    model = _model(tmp_path, [{"name": "read_file", "args": {"path": "a"}}])
+    state = str(tmp_path / "state")
+    ran = _eg("run", "t", "--model", model, "--state-dir", state, "--decisions", str(fifo))
+    assert ran.returncode == 2
+    assert "not a regular file" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.slow
+def test_inherited_secret_is_not_stored_by_run_shell(tmp_path: Path) -> None:
+    """OPENAI_API_KEY and GITHUB_TOKEN in the real environment never reach a state file."""
+    state = tmp_path / "state"
+    calls = [{"name": "run_shell", "args": {"command": "env; printenv OPENAI_API_KEY"}}]
+    model = _model(tmp_path, calls)
+    ran = _eg("run", "t", "--model", model, "--state-dir", str(state), "--approve", "all")
+    assert ran.returncode == 0, ran.stderr
+    assert SECRET not in ran.stdout + ran.stderr
+    _no_secret(state)
