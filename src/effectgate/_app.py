@@ -111,13 +111,19 @@ def default_tools(workspace: Path, endpoints: ServiceEndpoints | None = None) ->
 
 
 def _open_checkpoints(path: Path) -> sqlite3.Connection:
-    """Open the checkpoint file, refusing one that is not an SQLite database."""
+    """Open the checkpoint file, refusing one that is not an SQLite database.
+
+    Raises:
+        sqlite3.DatabaseError: the file is damaged (``SQLITE_NOTADB``), raised
+            unchanged like any other damage SQLite reports later; the CLI ends
+            with exit 1 and says which file to check.
+    """
     conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0)
     try:
         conn.execute("PRAGMA schema_version").fetchone()
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.DatabaseError:
         conn.close()
-        raise ConfigError(f"{path} is not a checkpoint database: {exc}") from exc
+        raise
     return conn
 
 
