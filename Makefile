@@ -48,8 +48,9 @@ notebooks: $(VENV)/.installed-notebooks
 	$(BIN)/jupytext --sync notebooks/[0-9]*.py
 	cd notebooks && for nb in [0-9]*.ipynb; do \
 		echo "== executing notebooks/$$nb"; \
-		EFFECTGATE_NOTEBOOK_DIR= MPLBACKEND=Agg ../$(BIN)/jupyter nbconvert --to notebook \
-			--execute --inplace --ExecutePreprocessor.timeout=120 "$$nb" || exit 1; \
+		MPLBACKEND=Agg ../$(BIN)/jupyter nbconvert --to notebook \
+			--execute --inplace --ExecutePreprocessor.timeout=120 \
+			--ExecutePreprocessor.startup_timeout=180 "$$nb" || exit 1; \
 	done
 	$(BIN)/jupytext --sync notebooks/[0-9]*.py
 
