@@ -62,7 +62,7 @@ campaign: $(VENV)/.installed-bench
 
 # The lowest versions pyproject.toml allows for each direct dependency, in a
 # throwaway venv, must still run the demo, the CLI and the OpenAI model path.
-lowest-deps: $(VENV)/.installed-test
+lowest-deps:
 	bash .ci/lowest-deps
 
 clean:
