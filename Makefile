@@ -1,39 +1,69 @@
-# Every target creates .venv on first use and installs effectgate into it.
+# Every target creates .venv on first use and installs into it what it needs:
+# `make demo` the runtime dependencies only, `make test` the test extra,
+# `make notebooks` the notebooks extra, `make bench` the bench extra.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+PIP := $(BIN)/pip install --progress-bar on
 
-.PHONY: demo test lint typecheck bench campaign clean
+.PHONY: demo test lint typecheck bench campaign notebooks lowest-deps clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
+	@echo "== creating $(VENV) with $(PY) -m venv"
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	touch $(STAMP)
+	$(PIP) --upgrade pip
+
+# One stamp per set of extras, remade when pyproject.toml changes.
+$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
+	@echo "== installing effectgate and its runtime dependencies into $(VENV) (first run: about a minute)"
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	@echo "== installing effectgate with the '$*' extra into $(VENV) (first run: a few minutes)"
+	$(PIP) -e '.[$*]'
+	touch $@
 
 # A fresh world each time: the demo's ledger, checkpoints and services live in
 # .effectgate-demo/ (run `effectgate demo` yourself on a kept state directory to
 # see a second run stop at the duplicate mail).
-demo: $(STAMP)
+demo: $(VENV)/.installed-runtime
 	rm -rf .effectgate-demo
 	$(BIN)/effectgate demo --approve all --state-dir .effectgate-demo
 
-lint: $(STAMP)
+lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-typecheck: $(STAMP)
+typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
-test: $(STAMP) lint typecheck
+test: $(VENV)/.installed-test lint typecheck
 	$(BIN)/python -m pytest -n 2 -q tests
 
-bench: $(STAMP)
+# Pair each notebooks/NN_*.py (jupytext percent format, the source) with its
+# .ipynb, then execute every notebook in place so the committed copies carry
+# their outputs. Re-run after any change that alters what the walkthroughs print.
+notebooks: $(VENV)/.installed-notebooks
+	$(BIN)/jupytext --sync notebooks/[0-9]*.py
+	cd notebooks && for nb in [0-9]*.ipynb; do \
+		echo "== executing notebooks/$$nb"; \
+		MPLBACKEND=Agg ../$(BIN)/jupyter nbconvert --to notebook \
+			--execute --inplace --ExecutePreprocessor.timeout=120 \
+			--ExecutePreprocessor.startup_timeout=180 "$$nb" || exit 1; \
+	done
+	$(BIN)/jupytext --sync notebooks/[0-9]*.py
+
+bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run_all.py
 
-campaign: $(STAMP)
+campaign: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/campaign.py --trials 1000 --out benchmarks/results/campaign.json
+
+# The lowest versions pyproject.toml allows for each direct dependency, in a
+# throwaway venv, must still run the demo, the CLI and the OpenAI model path.
+lowest-deps:
+	bash .ci/lowest-deps
 
 clean:
 	rm -rf $(VENV) .effectgate .effectgate-demo .pytest_cache .mypy_cache .ruff_cache

@@ -15,7 +15,7 @@ Per round and size:
   opened ledger (mean per call): cold reads, none served by the memo of
   decoded rows.
 
-Ratios large/small are paired per round. Targets (issue 8): recovery scan at
+Ratios large/small are paired per round. Targets: recovery scan at
 most 1.5x, get by id at most 3x.
 
 Usage: ``python benchmarks/bench_recovery.py`` (writes results/recovery.json).

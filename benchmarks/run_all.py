@@ -185,7 +185,7 @@ def _target_recovery(rc: dict[str, Any]) -> list[str]:
 
 def _targets(docs: dict[str, Any]) -> list[str]:
     rows = [
-        "| target (issue 8) | bound | effectgate, median (min-max) | verdict | baseline |",
+        "| target | bound | effectgate, median (min-max) | verdict | baseline |",
         "|---|---|---|---|---|",
     ]
     if docs.get("side_effect"):

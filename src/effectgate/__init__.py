@@ -1,7 +1,7 @@
 """effectgate: a LangGraph agent whose side effects are safe to replay.
 
 Names are re-exported lazily, so ``import effectgate.ledger`` or
-``import effectgate.tools`` does not pull in LangGraph (STYLE §1).
+``import effectgate.tools`` does not pull in LangGraph (tests/test_import_boundaries.py).
 """
 
 from __future__ import annotations

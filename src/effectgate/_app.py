@@ -173,16 +173,23 @@ def default_tools(workspace: Path, endpoints: ServiceEndpoints | None = None) ->
 
 
 def _open_checkpoints(path: Path) -> sqlite3.Connection:
-    """Open the checkpoint file, refusing one that is not an SQLite database."""
+    """Open the checkpoint file, refusing one that is not an SQLite database.
+
+    Raises:
+        ConfigError: the file cannot be opened at all (a directory, no permission).
+        sqlite3.DatabaseError: the file is damaged (``SQLITE_NOTADB``), raised
+            unchanged like any other damage SQLite reports later; the CLI ends
+            with exit 1 and says which file to check.
+    """
     try:
         conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0)
     except sqlite3.Error as exc:
         raise ConfigError(f"{path}: cannot open the checkpoint database: {exc}") from None
     try:
         conn.execute("PRAGMA schema_version").fetchone()
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.DatabaseError:
         conn.close()
-        raise ConfigError(f"{path} is not a checkpoint database: {exc}") from exc
+        raise
     return conn
 
 

@@ -1,4 +1,4 @@
-"""Named seams where tests and people kill the process on purpose (DESIGN §7).
+"""Named seams where tests and people kill the process on purpose (docs/architecture.md).
 
 Setting ``EFFECTGATE_FAILPOINT=<NAME>`` makes the process ``os._exit(137)``
 when it reaches that seam; ``<NAME>@<tool>`` limits it to one tool's effect
@@ -25,7 +25,7 @@ EXIT_CODE = 137
 
 
 class Failpoint(enum.StrEnum):
-    """The seams of DESIGN §7."""
+    """The seams, in the order a side effect passes them."""
 
     AFTER_REVIEW_RECORDED = "AFTER_REVIEW_RECORDED"
     """Review decisions and approvals are in the ledger; the checkpoint is not."""

@@ -1,4 +1,4 @@
-"""Canonical JSON and the intent hash (DESIGN §2). Pure; imported by ledger and tools.
+"""Canonical JSON and the intent hash (docs/architecture.md). Pure; imported by ledger and tools.
 
 Canonical form, close to RFC 8785 (JSON Canonicalization Scheme): object keys
 sorted by code point, no insignificant whitespace, UTF-8 without escaping

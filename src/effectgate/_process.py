@@ -10,7 +10,7 @@ scopes: their pids say nothing about each other.
 used twice, and both uses turn "dead" into action: the runner takes over a
 thread lease at once instead of waiting for it to expire, and dispatch
 trusts a lookup's "not found" as final for an attempt that worker started
-(DESIGN §4). A worker that is merely silent (stopped with SIGSTOP or Ctrl-Z,
+(the tool's contract). A worker that is merely silent (stopped with SIGSTOP or Ctrl-Z,
 a suspended laptop or VM, a long GC pause) is not gone: its attempt may
 still complete, after its lease expired and another worker took the thread.
 Fencing by attempt number (the ledger refuses its late result) cannot stop

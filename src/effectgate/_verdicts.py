@@ -1,4 +1,4 @@
-"""Human verdicts on operations whose outcome nobody could know (DESIGN §3).
+"""Human verdicts on operations whose outcome nobody could know.
 
 ``NEEDS_RECONCILIATION -> SUCCEEDED | FAILED | RETRY_WAIT`` happens only here,
 from a person's verdict with evidence: in the graph (a reconciliation

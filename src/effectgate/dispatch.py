@@ -1,4 +1,4 @@
-"""The dispatch protocol: Ledger x ToolSpec -> receipt (DESIGN §6).
+"""The dispatch protocol: Ledger x ToolSpec -> receipt (docs/architecture.md).
 
 This is where "may it run now, and how do we recover from UNKNOWN?" is
 decided. It imports the ledger and the tool contracts, and no LangGraph: the
@@ -11,8 +11,8 @@ without a human::
     op = ledger.get(op_id) or ledger.open(...)      # create-or-get
     intent differs?          -> CONFLICT (never reuse, never run)
     terminal?                -> the verified stored receipt, no call
-    IN_FLIGHT (dead owner)   -> UNKNOWN                    (DESIGN §3)
-    UNKNOWN                  -> recover by the tool's contract (DESIGN §4)
+    IN_FLIGHT (dead owner)   -> UNKNOWN                    (never "not done")
+    UNKNOWN                  -> recover by the tool's contract (its effect kind)
     NEEDS_RECONCILIATION     -> NEEDS_RECONCILIATION (the node asks a human)
     approval valid? budget? deadline? next_attempt_at? (else review / wait / fail)
     claim attempt n+1 (compare-and-set, FULL commit)  -> call the tool
@@ -121,7 +121,7 @@ class Dispatcher:
 
     Note:
         Exactly-once *effects* come from the ledger plus the tool's contract;
-        LangGraph re-runs nodes at least once (langgraph-semantics §12).
+        LangGraph re-runs nodes at least once (docs/architecture.md, "The problem").
     """
 
     def __init__(
@@ -185,8 +185,8 @@ class Dispatcher:
     def _tool_changed(self, call: EffectCall, current_hash: str) -> Outcome | None:
         """Refuse a call approved under another tool version, if it has not started.
 
-        The approval names an intent that no longer exists (seed 004, tool
-        version change), and one operation id never changes its intent hash:
+        The approval names an intent that no longer exists (the tool
+        version changed), and one operation id never changes its intent hash:
         the old approval is refused and the call answered as not executed, so
         the model may propose it again. An operation that already started
         under the old version is driven on as usual (``None``): its effect may
@@ -327,7 +327,7 @@ class Dispatcher:
                 else "deadline passed"
             )
             if op.state is OpState.RETRY_WAIT and self._maybe_applied(op):
-                # An earlier attempt may have taken effect: never FAILED (DESIGN §3).
+                # An earlier attempt may have taken effect: never FAILED (known not applied).
                 op = self.ledger.transition(
                     op.operation_id,
                     src=op.state,
@@ -461,7 +461,7 @@ class Dispatcher:
         if op.thread_id == call.thread_id:
             # The runner holds this thread's lease, so whoever claimed an attempt
             # of this thread's operation is gone (or fenced off): the outcome is
-            # unknown, never "not done" (DESIGN §3).
+            # unknown, never "not done".
             return self.ledger.transition(
                 op.operation_id,
                 src=OpState.IN_FLIGHT,
@@ -503,13 +503,13 @@ class Dispatcher:
     def _recover_unknown(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
     ) -> Operation | Outcome:
-        # DESIGN §4: the tool's contract, not the state machine, decides.
+        # The tool's contract, not the state machine, decides.
         if spec.reconciler is not None:
             lookup = self._lookup(spec, args, call, op)
             if lookup.status == "found" and lookup.result is not None:
                 return self._found(op, lookup.result, lookup.detail)
             if lookup.status == "unavailable":
-                # Seed 001 §4.8: cannot ask -> stop submitting, keep it visible.
+                # Cannot ask -> stop submitting, keep it visible (NEEDS_RECONCILIATION).
                 return self._park(op, spec, f"lookup unavailable: {lookup.detail}")
             final = spec.not_found_is_final and self._attempt_ended(op)
             if final or spec.kind is EffectKind.KEYED:
@@ -538,7 +538,7 @@ class Dispatcher:
     def _attempt_ended(self, op: Operation) -> bool:
         """Whether the worker that started ``op``'s last attempt can no longer act on it.
 
-        "Not found is final" (DESIGN §4) holds only once the attempt is over:
+        "Not found is final" (the tool's contract) holds only once the attempt is over:
         a mail client stopped mid-send (SIGSTOP, a suspended VM) still sends
         when it resumes, after its lease expired and this worker took the
         thread; fencing refuses its late ledger write, not its mail. Over
@@ -617,7 +617,7 @@ class Dispatcher:
                 error=f"not applied ({why}); no attempts or time left",
                 detail={"recovery": why},
             )
-        # DESIGN §3: an exhausted budget on a maybe-applied write is not FAILED.
+        # An exhausted budget on a maybe-applied write is not FAILED (known not applied).
         return self._park(op, spec, f"{why}, but no attempts or time left")
 
     def _park(self, op: Operation, spec: ToolSpec | None, why: str) -> Outcome:

@@ -207,7 +207,7 @@ class IntentConflictError(EffectgateError):
     """The operation id is already bound to a different intent hash.
 
     Never reuse the old result for new arguments and never execute silently
-    (DESIGN §2). To perform a genuinely new action, use a new operation id.
+    (docs/architecture.md, "Identities"). To perform a genuinely new action, use a new operation id.
     """
 
     def __init__(self, *, operation_id: str, stored_hash: str, new_hash: str) -> None:

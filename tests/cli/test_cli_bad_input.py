@@ -249,6 +249,24 @@ def test_damaged_checkpoint_file_is_a_clear_error_and_the_ledger_still_reads(
     assert {("create_ticket", "SUCCEEDED"), ("send_email", "SUCCEEDED")} <= done
 
 
+def test_checkpoint_file_with_a_damaged_header_exits_1_like_other_damage(
+    tmp_path: Path,
+) -> None:
+    """The first page overwritten (SQLite: "not a database"): exit 1, as the docs say, not 2."""
+    state = tmp_path / "state"
+    assert eg("demo", "--approve", "all", "--state-dir", str(state), "--thread", "t1").code == 0
+    path = state / "checkpoints.sqlite3"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    data[:100] = b"\xff" * 100
+    path.write_bytes(bytes(data))
+    ran = eg("resume", "--thread", "t1", "--state-dir", str(state), "--json")
+    assert ran.code == 1, ran.stderr
+    assert "a state file is damaged (SQLITE_NOTADB" in ran.stderr, ran.stderr
+    assert ran.json["error_type"] == "DatabaseError"
+
+
 def test_a_demo_service_that_cannot_start_is_a_clear_error_with_json(tmp_path: Path) -> None:
     """The mail sink's database held by another program: exit 1, one JSON error object."""
     state = tmp_path / "state"

@@ -74,10 +74,13 @@ def test_unknown_operation_or_thread_ids_exit_2_everywhere(
         (["ledger", "events", "--op", "nope"], "unknown operation 'nope'"),
         (["ledger", "events", "--thread", "nope"], "unknown thread 'nope'"),
         (["ledger", "list", "--thread", "nope"], "unknown thread 'nope'"),
+        (["ledger", "list", "--tool", "nope"], "unknown tool 'nope'"),
     ):
         ran = eg(*args, *sd)
         assert ran.code == 2, (args, ran.stderr)
         assert needle in ran.stderr
+    tools = eg("ledger", "list", "--tool", "nope", *sd).stderr
+    assert "create_ticket, send_email, write_file" in " ".join(tools.split())
     known = eg("ledger", "events", "--op", "ticket:orders-error-rate", *sd, "--json")
     assert known.code == 0 and len(known.json["events"]) == 4
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,11 @@ def test_corrupt_marker_is_a_config_error(tmp_path: Path) -> None:
         StateDir.open(tmp_path / "s")
 
 
-def test_corrupt_checkpoint_file_is_a_config_error(tmp_path: Path) -> None:
-    """A checkpoint file that is not SQLite is refused and left as it was."""
+def test_corrupt_checkpoint_file_is_a_damaged_file(tmp_path: Path) -> None:
+    """A checkpoint file that is not SQLite is refused as damaged and left as it was."""
     sd = StateDir.open(tmp_path / "s")
     sd.checkpoints.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(ConfigError, match="not a checkpoint database"), open_agent(sd):
+    with pytest.raises(sqlite3.DatabaseError, match="not a database"), open_agent(sd):
         pass
     assert sd.checkpoints.read_bytes() == b"this is not a database" * 100
 

@@ -1,5 +1,10 @@
 """Execute every walkthrough notebook top to bottom, then check the state it left behind.
 
+The source of each notebook is ``notebooks/NN_*.py`` (jupytext percent format);
+the ``.ipynb`` beside it is the same cells with the outputs of its last run
+(``make notebooks``), so a code host shows results. The first tests check
+that the two agree and that the committed notebook carries its outputs.
+
 Each notebook runs in a fresh kernel on this interpreter (``sys.executable``,
 through a kernelspec written into ``tmp_path``), with its working directory
 and its state under ``tmp_path`` (``EFFECTGATE_NOTEBOOK_DIR``). A cell that
@@ -10,15 +15,15 @@ and in the ledger, so a notebook whose story silently changed fails too.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import jupytext
 import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
@@ -37,18 +42,13 @@ NAMES = [
     "03_kill_and_resume.ipynb",
     "04_time_travel.ipynb",
     "05_unknown_outcomes.ipynb",
+    "06_custom_tools.ipynb",
 ]
+PICTURES = {"01_quickstart.ipynb": 2, "03_kill_and_resume.ipynb": 1, "05_unknown_outcomes.ipynb": 1}
+"""How many PNG outputs each notebook shows (the graph, the state machine, timelines)."""
 CELL_TIMEOUT_S = 60
 KERNEL = "effectgate-test-venv"
 NOTE = "incidents/orders-error-rate.md"
-
-
-def load_make() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("notebooks_make", NOTEBOOK_DIR / "_make.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def kernel_manager(tmp_path: Path) -> KernelManager:
@@ -162,8 +162,28 @@ def check_05(sd: StateDir, nb: Any) -> None:
     assert len(images) == 1
 
 
+def check_06(sd: StateDir, nb: Any) -> None:
+    with SqliteLedger(sd.ledger) as ledger:
+        states = {op.tool: (op.state, op.attempt) for op in ledger.list(thread_id="custom-1")}
+        post = ledger.list(thread_id="custom-1", tool="post_status")[0]
+        (second,) = ledger.list(thread_id="pitfall-1", tool="refund")
+    assert states == {
+        "refund": (OpState.SUCCEEDED, 1),
+        "post_status": (OpState.SUCCEEDED, 1),
+        "append_note": (OpState.NEEDS_RECONCILIATION, 1),
+    }
+    assert post.receipt is not None and post.receipt.source == "reconcile"
+    # the pitfall: the second refund of B-3 mapped onto the first one's operation
+    assert (second.operation_id, second.args["cents"]) == ("refund:B-3", 500)
+    with sqlite3.connect(sd.root.parent / "external.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM posts").fetchone() == (1,)
+        refunds = db.execute("SELECT order_id, cents FROM refunds ORDER BY order_id").fetchall()
+    assert refunds == [("A-17", 1250), ("B-3", 500)]
+    assert "already holds:" in outputs_text(nb)
+
+
 CHECKS: dict[str, Callable[[StateDir, Any], None]] = dict(
-    zip(NAMES, [check_01, check_02, check_03, check_04, check_05], strict=True)
+    zip(NAMES, [check_01, check_02, check_03, check_04, check_05, check_06], strict=True)
 )
 
 
@@ -176,16 +196,31 @@ def test_every_notebook_is_listed() -> None:
     assert all(f"({name})" in readme for name in NAMES)
 
 
+def _cells(nb: Any) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source.strip()) for cell in nb.cells]
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_is_generated_and_stripped(name: str) -> None:
-    """The committed file is exactly what ``_make.py`` builds: no outputs, no counts."""
-    make = load_make()
-    text = (NOTEBOOK_DIR / name).read_text(encoding="utf-8")
-    assert text == make.render(name), f"{name} is stale: run notebooks/_make.py"
-    nb = nbformat.reads(text, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None
+def test_source_and_notebook_agree(name: str) -> None:
+    """The .py source (edited by people) and the .ipynb (shown by code hosts) share their cells."""
+    source = jupytext.read(NOTEBOOK_DIR / name.replace(".ipynb", ".py"))
+    committed = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    assert _cells(source) == _cells(committed), f"{name} is stale: run `make notebooks`"
+    assert committed.metadata["jupytext"]["formats"] == "ipynb,py:percent"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_carries_its_outputs(name: str) -> None:
+    """Every code cell ran, in order, with no error; the pictures are there."""
+    nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1)), (
+        f"{name} was not executed top to bottom: run `make notebooks`"
+    )
+    outputs = [out for cell in code for out in cell.outputs]
+    assert not [out for out in outputs if out.output_type == "error"]
+    images = [out for out in outputs if "image/png" in out.get("data", {})]
+    assert len(images) == PICTURES.get(name, 0)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -198,7 +233,12 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     work = tmp_path / "run"
     work.mkdir()
     shutil.copy(NOTEBOOK_DIR / name, work / name)
+    for helper in ("_pictures.py", "_stable.py"):  # imported by the notebooks
+        shutil.copy(NOTEBOOK_DIR / helper, work / helper)
     nb = nbformat.read(work / name, as_version=4)
+    for cell in nb.cells:  # run from scratch: the committed outputs must not leak into the checks
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys\nprint(sys.executable)"))
     client = NotebookClient(
         nb,

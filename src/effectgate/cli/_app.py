@@ -67,8 +67,13 @@ StoreOpt = Annotated[
         "state directory, which keeps it for life; default: its SQLite files).",
     ),
 ]
+_FLAG = ""
+"""Metavar of a plain on/off flag: typer would print ``<bool>`` as if it took a value."""
 JsonOpt = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else there.")
+    bool,
+    typer.Option(
+        "--json", metavar=_FLAG, help="Print one JSON object on stdout and nothing else there."
+    ),
 ]
 ApproveOpt = Annotated[
     Approve | None,
@@ -222,7 +227,9 @@ def run(
     with_services: Annotated[
         bool,
         typer.Option(
-            "--with-services", help="Start the demo ticket service and mail sink for the tools."
+            "--with-services",
+            metavar=_FLAG,
+            help="Start the demo ticket service and mail sink for the tools.",
         ),
     ] = False,
     thread: ThreadOpt = None,
@@ -276,6 +283,7 @@ def resume(
         bool,
         typer.Option(
             "--with-services",
+            metavar=_FLAG,
             help="Start the demo ticket service and mail sink even if the thread's record "
             "does not say so (a thread started through the library).",
         ),
@@ -334,7 +342,9 @@ def reconcile(
             help="It happened: the reference you checked (ticket id, Message-ID...).",
         ),
     ] = None,
-    failed: Annotated[bool, typer.Option("--failed", help="It did not take effect.")] = False,
+    failed: Annotated[
+        bool, typer.Option("--failed", metavar=_FLAG, help="It did not take effect.")
+    ] = False,
     evidence: Annotated[str, typer.Option("--evidence", help="What you checked.")] = "",
     reviewer: ReviewerOpt = None,
     state_dir: StateDirOpt = _DEFAULT_STATE,
@@ -376,8 +386,13 @@ def services(
 
 
 @app.command()
-def failpoints() -> None:
-    """List every failpoint seam name, one per line (for --crash-at)."""
+def failpoints(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+    """List every failpoint seam name, one per line (for --crash-at); reads no state."""
+    del state_dir  # accepted like every command's, so scripts can pass it everywhere
+    output = Output(json_mode=json_out)
+    if json_out:
+        output.emit_json({"failpoints": _inspect.failpoint_names()})
+        return
     for name in _inspect.failpoint_names():
         typer.echo(name)
 

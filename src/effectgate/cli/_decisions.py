@@ -3,7 +3,7 @@
 A ``DecisionSource`` answers one pending interrupt at a time: ``review`` for a
 review request (``{"decisions": [...], "reviewer": ...}``) and ``verdict`` for
 a reconciliation request. ``None`` means "no answer": the run stops and the
-thread waits, which is always safe (DESIGN §5: nothing runs unreviewed).
+thread waits, which is always safe (nothing runs unreviewed).
 
 Sources: ``--approve all|none`` (``BlanketDecisions``), ``--decisions FILE``
 (``FileDecisions``, validated in full before anything runs), an interactive

@@ -11,7 +11,7 @@ code   name                        meaning
                                    the graph refused, unknown thread or operation,
                                    state directory not ours, bad model spec
 3      WAITING_RECONCILIATION      an outcome is unknown; a human verdict is needed
-                                   (seed 001 uses 3 for NEEDS_RECONCILIATION)
+                                   (3 is the customary code for NEEDS_RECONCILIATION)
 4      WAITING_REVIEW              side effects await approve / edit / reject
 5      INCOMPLETE                  stopped early (model error), or SIGINT / SIGTERM
                                    received at any point; ``effectgate resume``

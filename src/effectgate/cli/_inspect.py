@@ -196,6 +196,13 @@ def ledger_list(
             raise ConfigError(f"unknown state {state!r}; states: {known}") from exc
     with _ledger(sd) as ledger:
         _check_ids(ledger, sd, thread_id=thread_id, operation_id=None)
+        if tool is not None and (ledger is None or not ledger.list(tool=tool)):
+            # Like an unknown --thread: a filter naming nothing is a typo, not an empty answer.
+            in_ledger = sorted({op.tool for op in ledger.list()}) if ledger else []
+            raise ConfigError(
+                f"unknown tool {tool!r} in {sd.root}; tools in this ledger: "
+                + (", ".join(in_ledger) or "none")
+            )
         ops = ledger.list(thread_id=thread_id, states=states, tool=tool) if ledger else []
     if output.json_mode:
         output.emit_json({"operations": [operation_json(op) for op in ops]})

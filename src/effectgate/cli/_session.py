@@ -5,7 +5,7 @@ until the thread is done, waits with nothing left to answer, or the graph
 refuses an answer (the re-asked interrupt carries an ``"error"``). SIGINT and
 SIGTERM (``effectgate.cli._signals``) ask the agent to stop at the next
 superstep boundary and start no new round; the thread stays resumable either
-way, because every effect already went through the ledger (DESIGN §6).
+way, because every effect already went through the ledger.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ depends on the stage the command is in (``Mode``):
   A second signal of either kind aborts at once (``KeyboardInterrupt``).
 
 Either way the command ends with exit 5 (INCOMPLETE); every effect that
-started is in the ledger, so aborting is as safe as ``kill -9`` (DESIGN §6).
+started is in the ledger, so aborting is as safe as ``kill -9`` (the dispatch protocol).
 """
 
 from __future__ import annotations

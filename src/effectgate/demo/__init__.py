@@ -1,6 +1,6 @@
 """The demo's external systems: a ticket service and a mail sink on loopback.
 
-They stand in for the outside world (issue 3, "External systems"): real
+They stand in for the outside world: real
 servers in their own processes with their own SQLite files, so that "did it
 happen?" is answered by their storage and never by effectgate's own code.
 Start them with ``DemoServices``; read their storage with ``read_tickets`` and

@@ -1,7 +1,7 @@
 """Fault injection and the plumbing both demo servers share.
 
 The ticket service and the mail sink are stand-ins for external systems
-(issue 3, "External systems"): they own their storage, so "did it happen?" is
+(the external systems): they own their storage, so "did it happen?" is
 answered by their SQLite files and never by effectgate's own code. This module
 holds what they have in common:
 
@@ -11,7 +11,7 @@ holds what they have in common:
 - SQLite connections (WAL, ``synchronous=FULL``) and numbered migrations;
 - a JSON request handler base for ``http.server``.
 
-Seed 001's scenario names map onto ``FaultMode`` values one to one, except
+The usual fault scenario names map onto ``FaultMode`` values one to one, except
 ``crash-after-commit``, which is ``server-crash-after-commit`` here.
 """
 

@@ -4,7 +4,7 @@ Run as ``python -m effectgate.demo.mail_sink --db PATH --host 127.0.0.1
 --smtp-port 0 --http-port 0 --ready-file F``. When both servers listen it
 writes ``{"smtp_port": N, "http_port": M, "pid": P}`` to the ready file
 atomically. Each message is committed to SQLite *before* the SMTP 250 reply,
-so the file is the oracle for "was the mail delivered?" (issue 3); read it
+so the file is the oracle for "was the mail delivered?"; read it
 with ``read_mails_db``.
 
 SMTP has no idempotency key: a message sent twice is stored twice, which is

@@ -3,7 +3,7 @@
 Run as ``python -m effectgate.demo.ticket_service --db PATH --host 127.0.0.1
 --port 0 --ready-file F``. When listening it writes ``{"port": N, "pid": P}``
 to the ready file atomically. Its SQLite file is the oracle for "was the
-ticket created?" (issue 3); read it with ``read_tickets_db``.
+ticket created?"; read it with ``read_tickets_db``.
 
 API (JSON in and out):
 

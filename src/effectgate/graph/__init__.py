@@ -1,6 +1,7 @@
 """The agent graph: review interrupt, one node per side effect, ledger-checked dispatch.
 
-This package is the only one that imports LangGraph (STYLE §1).
+This package is the only one that imports LangGraph (a layering rule,
+checked by tests/test_import_boundaries.py).
 """
 
 from effectgate.graph._agent import (

@@ -1,10 +1,10 @@
 """``Agent``: start, resume and inspect threads safely.
 
 LangGraph does not serialise runs per thread (two runs silently fork it) and
-several resume paths silently re-run nodes (langgraph-semantics §2, §11). The
+several resume paths silently re-run nodes (docs/architecture.md, "The runner"). The
 runner closes those gaps: it takes a per-thread lease in the ledger database,
 turns IN_FLIGHT rows of the thread into UNKNOWN, and then follows the
-supervisor procedure of langgraph-semantics §12:
+supervisor procedure of docs/architecture.md, "The runner":
 
 - nothing checkpointed     -> start again from the recorded input;
 - pending interrupts       -> answer *every* one in a single resume, or wait

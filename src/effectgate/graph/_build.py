@@ -1,4 +1,4 @@
-"""``build_agent``: the graph of DESIGN §5.
+"""``build_agent``: the graph of docs/architecture.md, "The graph".
 
 ```
 START → agent ─┬─ no tool calls ───────────────────────────────> END

@@ -1,6 +1,6 @@
 """One validator for message histories: the OpenAI tool-call pairing rules.
 
-Invariant 6 (DESIGN §8): at every checkpoint the history is one the OpenAI
+Invariant 6 (docs/architecture.md): at every checkpoint the history is one the OpenAI
 chat API would accept once the pending calls are answered: every
 ``tool_call_id`` of an ``AIMessage`` is answered by exactly one
 ``ToolMessage``, contiguous after it, before any other message.

@@ -1,7 +1,7 @@
 """Message-history helpers: find unanswered calls, repair ids, build ToolMessages.
 
 Every ``tool_call_id`` of an ``AIMessage`` is answered by exactly one
-``ToolMessage`` before the model is called again (DESIGN §5, invariant 6);
+``ToolMessage`` before the model is called again (invariant 6 of docs/architecture.md);
 these helpers are the only place that shapes those answers.
 """
 
@@ -80,7 +80,7 @@ def with_call_ids(message: AIMessage, *, salt: str) -> AIMessage:
     """Give every tool call without an id a deterministic one.
 
     A model may emit a tool call without an id (seen with OpenAI-compatible
-    servers, langgraph-semantics §8); the OpenAI API would then reject the
+    servers: LangChain passes the id through as sent); the OpenAI API would then reject the
     history, and nothing could answer the call. The id is derived from
     ``salt`` (the position in the thread), the call's index, name and args, so
     re-running the node yields the same id.
@@ -125,7 +125,7 @@ def with_unique_call_ids(message: AIMessage, earlier: Sequence[AnyMessage]) -> A
     action onto a finished operation (replayed as "succeeded", never sent,
     never reviewed) or onto one bound to other arguments (a conflict nobody
     can approve); a repeat within one message would be answered twice,
-    against DESIGN §8 invariant 6. The first use of an id keeps it; a later
+    against invariant 6 of docs/architecture.md. The first use of an id keeps it; a later
     one becomes ``{id}~{n}`` with the smallest free ``n >= 2``, so fresh ids
     (the usual OpenAI ``call_...``) never change.
 

@@ -22,7 +22,7 @@ class Policy:
     approval_ttl: timedelta | None = timedelta(hours=1)
     """How long an approval authorises a first attempt; ``None``: no expiry."""
     budget: Budget = field(default_factory=Budget)
-    """Stored with each new operation; never changed afterwards (DESIGN §3)."""
+    """Stored with each new operation; never changed afterwards, not even by a restart."""
     auto_approve: frozenset[str] = frozenset()
     """Tool names approved without asking (never unsafe ones)."""
     reviewer: str = "reviewer"

@@ -1,7 +1,7 @@
 """The review node: one ``interrupt()`` for every pending side-effecting call.
 
 Everything before ``interrupt()`` runs again on every resume
-(langgraph-semantics §1), so that part only reads: it normalizes arguments,
+(LangGraph re-runs it from its first line), so that part only reads: it normalizes arguments,
 derives operation ids and intent hashes, renders previews and looks up
 possible duplicates. Operation ids are chosen against the ledger
 (``choose_operation_id``), and the same ledger state always gives the same
@@ -83,7 +83,7 @@ def _belongs(op: Operation, *, keyed: bool, thread_id: str, tool_call_id: str) -
         # ':' (thread ``x`` + call ``y:c`` and thread ``x:y`` + call ``c``):
         # only the call that opened the operation may use it.
         return own
-    # A business key is shared on purpose (DESIGN §2), except when a reviewer
+    # A business key is shared on purpose (one business action), except when a reviewer
     # rejected the call that opened it: that "no" was about that call.
     return own or op.state not in _REFUSED
 
@@ -103,14 +103,14 @@ def choose_operation_id(
       (anything else is two ids colliding on ``:``);
     - for a business key: it was opened by this call, or it is not
       REJECTED. A created ticket, one still in progress, and one FAILED are
-      shared across threads (the point of a business key; seed 001 §4.7: a
+      shared across threads (the point of a business key: a
       new run of the same task finds the stored budget and outcome, which
       only an explicit act extends); the call that was rejected still reads
       its own rejection back on a replay or fork.
 
     Read-only and deterministic: the same ledger state gives the same id,
     which the review node needs because it runs again from its first line on
-    every resume (langgraph-semantics §1). The chosen id is the one the
+    every resume (LangGraph re-runs the node). The chosen id is the one the
     reviewer is shown, dispatch uses, and a keyed tool sends as its
     idempotency key, so a retry after a rejection is a fresh request.
 
@@ -132,7 +132,7 @@ def choose_operation_id(
         A reviewer's rejection answers the call that was shown, not every
         later call with the same key: without a fresh id a new call (another
         thread, days later) would be "settled" as rejected without anyone
-        being asked, and the action lost (DESIGN §8.2).
+        being asked, and the action lost (invariant 2 of docs/architecture.md).
     """
     base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=tool_call_id)
     keyed = base != default_operation_id(thread_id, tool_call_id)
@@ -387,7 +387,7 @@ def parse_decisions(
 def make_review_node(
     *, specs: Mapping[str, ToolSpec], ledger: Ledger, policy: Policy, clock: Clock
 ) -> Any:
-    """Build the ``review`` node function (DESIGN §5).
+    """Build the ``review`` node function (docs/architecture.md, "The graph").
 
     Returns:
         ``review(state, config) -> Command``: fans approved calls out as

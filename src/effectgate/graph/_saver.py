@@ -3,7 +3,7 @@
 ``SqliteSaver`` commits every ``put_writes`` (one per finished task, plus the
 resume and interrupt writes) and every ``put`` (the checkpoint that ends a
 superstep) on a connection at ``synchronous=FULL``: an fsync each, seven per
-approved side effect in effectgate's graph (issue 8). This saver commits
+approved side effect in effectgate's graph (benchmarks/README.md). This saver commits
 ``put_writes`` at ``synchronous=NORMAL`` and keeps ``put`` at ``FULL``.
 
 Why that loses nothing that matters (SQLite, "Write-Ahead Logging" §
@@ -31,7 +31,7 @@ The saver also reads the history of a ``DeltaChannel`` (effectgate's
 checkpoint being loaded back to the channel's last snapshot and deserializes
 every ancestor's whole blob only to learn whether it holds a snapshot (about
 75 blobs per load in a typical thread, measured at 1.9 ms per resume against
-1.0 ms for the plain channel's single blob; issue 8). A checkpoint's parent
+1.0 ms for the plain channel's single blob; benchmarks/README.md). A checkpoint's parent
 and the channels it holds do not change once written, so the saver remembers
 them per checkpoint id (when it writes the checkpoint, or the first time it
 reads it) and deserializes only the snapshot it seeds from. It forgets

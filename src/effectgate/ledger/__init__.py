@@ -1,9 +1,9 @@
-"""The operation ledger: did this external action happen, with what result? (DESIGN §1-3).
+"""The operation ledger: did this external action happen, with what result?
 
 ``Ledger`` is the facade callers use; ``SqliteLedger`` is a ledger over one
 SQLite file. Backends implement ``LedgerStore`` and are checked by
 ``effectgate.testing.ledger_conformance``. This package imports neither
-``effectgate.tools`` nor LangGraph (STYLE §1). ``PostgresLedger`` and
+``effectgate.tools`` nor LangGraph (tests/test_import_boundaries.py). ``PostgresLedger`` and
 ``PostgresLedgerStore`` (the ``postgres`` extra) load psycopg on first use.
 """
 

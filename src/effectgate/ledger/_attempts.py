@@ -1,4 +1,4 @@
-"""The attempt half of ``Ledger``: claim, record, transition, recover, reuse (DESIGN §3, §6).
+"""The attempt half of ``Ledger``: claim, record, transition, recover, reuse.
 
 Every state change here is one durable transaction holding a compare-and-set
 and its event; the "result reused" audit event alone skips its own fsync.
@@ -98,7 +98,7 @@ class AttemptsMixin(ThreadsMixin):
         ``attempt - 1`` attempts used; it becomes IN_FLIGHT with ``attempt``
         used and ``claimed_by = worker``. Of N concurrent claimers (threads
         or processes) exactly one wins. Call the tool only after this returns
-        (DESIGN §3: IN_FLIGHT is fsync'd before the side effect starts).
+        (IN_FLIGHT is fsync'd before the side effect starts).
 
         Args:
             operation_id: the operation.
@@ -270,7 +270,7 @@ class AttemptsMixin(ThreadsMixin):
 
         Call it on start-up, while holding the thread's lease: an attempt
         found IN_FLIGHT belonged to a process that is gone, so its outcome is
-        unknown, never "not done" (DESIGN §3). The attempt count is kept. One
+        unknown, never "not done". The attempt count is kept. One
         durable transaction; it reads only IN_FLIGHT rows (a partial index),
         so its cost does not grow with the ledger.
 
@@ -299,7 +299,7 @@ class AttemptsMixin(ThreadsMixin):
 
         The intent hash is recomputed from ``op.tool``, ``op.tool_version``
         and ``op.args`` and compared with ``op.intent_hash`` and the receipt's
-        (DESIGN §3: a stored result is returned only after this check). A
+        (a stored result is returned only after this check). A
         ``result_reused`` event is appended (counted in ``metrics``).
 
         Returns:

@@ -1,6 +1,6 @@
 """Rows <-> records for the SQL stores, validating every column when loading.
 
-Decoding is where corruption is caught (STYLE §4: ``from_row`` validates when
+Decoding is where corruption is caught (``from_row`` validates when
 loading, not when a field is first read): an unknown state string, broken
 JSON, an impossible time or a negative attempt raises ``LedgerCorruptError``
 naming the operation and the column. Times are stored as integer

@@ -1,4 +1,4 @@
-"""The ``Ledger`` facade: the operation protocol of DESIGN §3 and §6 over a ``LedgerStore``.
+"""The ``Ledger`` facade: the operation protocol (docs/architecture.md) over a ``LedgerStore``.
 
 The facade owns every rule (intent checks, budgets, the transition table,
 events); the store only persists and compares. Each public write is one
@@ -74,7 +74,7 @@ def _approval_target(state: OpState, decision: str) -> OpState | None:
 
 
 class Ledger(AttemptsMixin):
-    """The durable record of every external action (DESIGN §1-3, §6).
+    """The durable record of every external action (docs/architecture.md).
 
     Thread-safe: several Python threads may share one ``Ledger``; several
     processes may open the same store. Every write commits before the call
@@ -138,10 +138,10 @@ class Ledger(AttemptsMixin):
 
         Atomic create-or-get, committed durably before return. Re-opening an
         operation never changes it: its budget is the one it was created with
-        (DESIGN §3: budgets survive restarts and new flags).
+        (budgets survive restarts and new flags).
 
         Args:
-            operation_id: the idempotency key (DESIGN §2).
+            operation_id: the idempotency key.
             thread_id: the LangGraph thread proposing the call.
             tool_call_id: the model's id of the call.
             tool: the tool's name.

@@ -1,7 +1,7 @@
 """Operation states, the transition table and the ledger's frozen records.
 
 Pure: no I/O. This module is the only definition of the state machine
-(DESIGN §3); the store persists ``OpState`` values verbatim.
+(docs/architecture.md draws it); the store persists ``OpState`` values verbatim.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = [
 
 
 class OpState(enum.StrEnum):
-    """The state of one operation (one business action) in the ledger (DESIGN §3)."""
+    """The state of one operation (one business action) in the ledger."""
 
     PROPOSED = "PROPOSED"
     APPROVED = "APPROVED"
@@ -69,15 +69,15 @@ TRANSITIONS: Mapping[OpState, frozenset[OpState]] = {
     _S.FAILED: frozenset(),
     _S.REJECTED: frozenset(),
 }
-"""Allowed ``src -> dst`` pairs, copied from DESIGN §3.
+"""Allowed ``src -> dst`` pairs; docs/architecture.md explains each.
 
-Departures from the drawing, each forced by a rule elsewhere in DESIGN:
-``APPROVED -> PROPOSED`` (an expired approval goes back to review, §8.5),
+Four pairs are forced by rules elsewhere in the design:
+``APPROVED -> PROPOSED`` (an expired approval goes back to review),
 ``APPROVED -> FAILED`` (deadline passed before any attempt: known not applied),
 ``UNKNOWN -> FAILED`` (a reconciler answered "not found" and that is final, but
 no budget is left: known not applied), ``RETRY_WAIT -> NEEDS_RECONCILIATION``
 (a retry of a write that may already have applied could not start before the
-deadline: §3 forbids calling that FAILED).
+deadline: FAILED would claim "known not applied").
 """
 
 
@@ -102,7 +102,7 @@ class Budget:
     """Limits stored with an operation when it is created and never changed after.
 
     A restart or a later ``open`` with other limits does not alter them
-    (DESIGN §3, seed 001 §4.7).
+    (they are part of the operation).
     """
 
     max_attempts: int = 3
@@ -240,7 +240,7 @@ class Event:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lease:
-    """A per-thread lease: at most one live runner per thread (DESIGN §5)."""
+    """A per-thread lease: at most one live runner per thread."""
 
     thread_id: str
     owner: str

@@ -5,7 +5,7 @@ threads may share a store, and several OS processes may open the same file
 (SQLite's own locks serialise them; writers use ``BEGIN IMMEDIATE`` so a
 write lock is taken up front and a transaction never fails half-way on an
 upgrade from reader to writer). Every ``sqlite3`` error is translated here,
-by error *code*, never by message text (STYLE anti-pattern 9).
+by error *code*, never by message text (which changes between SQLite versions).
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class _DecodedRows:
 
     Listing a thread's operations after every run decodes every row (JSON,
     times, receipt): O(thread) work per step that grew to 2 ms per side effect
-    at 60 operations (issue 8). An operation is a pure function of its row, so
+    at 60 operations, benchmarks/README.md). An operation is a pure function of its row, so
     a row equal to the one decoded before yields the same frozen ``Operation``;
     any change to any column (a new state, attempt, receipt, or corruption)
     makes the row differ and it is decoded, and validated, afresh. At most
@@ -233,7 +233,7 @@ class _ThreadListings:
 
     ``RunResult.operations`` lists the thread's operations after every run: a
     full read is O(operations of the thread), 0.22 ms at 55 and 0.56 ms at
-    150 operations (issue 8), for a run that changed one or two. SQLite's
+    150 operations (benchmarks/README.md), for a run that changed one or two. SQLite's
     ``PRAGMA data_version`` changes exactly when *another* connection (another
     process, or another store on the same file) has committed; this
     connection's own writes to ``operations`` go through ``_Transaction``,

@@ -1,7 +1,7 @@
 """The storage seam: a few atomic primitives a ledger backend must provide.
 
 The ``Ledger`` facade owns the protocol (intent checks, budgets, transitions,
-events); a store only persists and compares (STYLE §5, powertools' persistence
+events); a store only persists and compares (powertools' persistence
 layer). Every write happens inside ``LedgerStore.transaction()``, so one facade
 call is one commit whatever the backend. SQLite implements this today
 (``SqliteLedgerStore``); PostgreSQL can be added behind the same Protocol and

@@ -1,6 +1,6 @@
 """Thread records and per-thread leases: the part of ``Ledger`` that is about runs, not operations.
 
-A thread's lease keeps two runners off one LangGraph thread (DESIGN §5: two
+A thread's lease keeps two runners off one LangGraph thread (LangGraph: two
 workers on one thread must not fork it). Its token is a fencing token that
 grows each time the lease changes hands (Kleppmann, *How to do distributed
 locking*, 2016); a released lease keeps its row so the next owner's token is

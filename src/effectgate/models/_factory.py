@@ -12,11 +12,11 @@ Model retries and effectgate's retries are separate and do not multiply.
 ``ChatOpenAI`` retries a failed *model request* (HTTP 408/409/429/5xx,
 timeouts, connection errors) up to ``max_retries`` times, so one model step is
 at most ``1 + max_retries`` HTTP requests. A model request has no side effect:
-re-sending it can only cost tokens. effectgate's ledger attempts (DESIGN §3,
-§6) apply only to tool effects, and a model retry never re-dispatches a tool:
+re-sending it can only cost tokens. effectgate's ledger attempts (docs/architecture.md,
+the dispatch protocol) apply only to tool effects, and a model retry never re-dispatches a tool:
 tool calls are dispatched by effect nodes, after review, from the AIMessage
 that was checkpointed once the model step returned. The openai client's
-implicit default is also 2 retries (notes/langgraph-semantics.md §8), but it is
+implicit default is also 2 retries (the openai client's default), but it is
 passed explicitly here (``DEFAULT_OPENAI_MAX_RETRIES``) so the number of
 requests a fake server sees is visible in the code, not hidden in a library.
 

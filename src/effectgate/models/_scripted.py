@@ -6,7 +6,7 @@ or restarted run in a new process sees the same answer for the same history.
 Templates ``{{ result.<tool>.<field> }}`` read earlier tool results out of the
 ToolMessages in that history (for example the ticket number in a mail subject).
 
-LangChain's own fakes do not fit (notes/langgraph-semantics.md §9): they lack
+LangChain's own fakes do not fit (in langchain-core 1.8): they lack
 ``bind_tools``, ``GenericFakeChatModel`` drops tool calls when streamed, and
 ``FakeMessagesListChatModel`` keeps its position on the instance and cycles.
 This model implements only ``_generate``; ``stream()`` then falls back to one
@@ -320,7 +320,7 @@ class ScriptedChatModel(BaseChatModel):
     Note:
         Safe to use across interrupts, crashes and processes: no instance state
         decides the turn. ``bind_tools`` validates nothing, so unknown tools and
-        bad arguments reach the graph as given (issue 5, malformed output).
+        bad arguments reach the graph as given (a malformed model output).
     """
 
     script: dict[str, Any]

@@ -12,7 +12,7 @@ tool-call arguments without calling a hosted model::
 
 Tool-call ids are always emitted unless a test asks not to (``with_ids=False``
 or ``"id": None``): LangChain passes them through unchanged and the review
-layer needs them (notes/langgraph-semantics.md §8).
+layer needs them.
 """
 
 from __future__ import annotations

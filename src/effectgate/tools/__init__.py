@@ -1,4 +1,4 @@
-"""Tool contracts and the built-in tools (DESIGN §4, issue 3).
+"""Tool contracts and the built-in tools (docs/architecture.md, docs/custom-tools.md).
 
 A ``ToolSpec`` says what kind of side effect a tool has (``EffectKind``), how
 its arguments are normalized before hashing, how the external system can be
@@ -7,7 +7,7 @@ reviewer sees. Tools raise ``Rejected`` / ``NotAccepted`` / ``OutcomeUnknown``
 (``effectgate.errors``) to say what is known about the effect.
 
 This package imports neither ``effectgate.ledger`` nor LangGraph; LangChain is
-imported only when ``from_langchain_tool`` is called (STYLE §1).
+imported only when ``from_langchain_tool`` is called.
 """
 
 from __future__ import annotations

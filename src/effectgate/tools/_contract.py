@@ -1,8 +1,8 @@
 """Tool contracts: what kind of side effect a tool has and how to look it up later.
 
-DESIGN §4: the contract, not the state machine, decides how dispatch recovers
+The contract, not the state machine, decides how dispatch recovers
 from an unknown outcome. This module imports neither ``effectgate.ledger`` nor
-LangGraph (STYLE §1).
+LangGraph.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _default_requires_approval() -> None:
 class ToolSpec:
     """A tool and its side-effect contract.
 
-    ``kind`` and ``reconciler`` together decide recovery (DESIGN §4): a
+    ``kind`` and ``reconciler`` together decide recovery: a
     ``RECONCILABLE`` tool must have a reconciler; a ``KEYED`` tool may have one
     (keyed and reconcilable combine), and then the lookup is tried first.
 
@@ -217,7 +217,7 @@ class ToolSpec:
         return args.model_dump(mode="json")
 
     def intent_hash(self, args: BaseModel) -> str:
-        """Return the intent hash of a normalized call of this tool (DESIGN §2)."""
+        """Return the intent hash of a normalized call of this tool."""
         return _intent_hash(self.name, self.version, self.args_dict(args))
 
     def operation_id_for(self, args: BaseModel, *, thread_id: str, tool_call_id: str) -> str:

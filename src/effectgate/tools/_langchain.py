@@ -1,7 +1,7 @@
 """Wrap any ordinary LangChain tool (``BaseTool`` / ``@tool``) as a ``ToolSpec``.
 
 langchain_core is imported inside the function, so ``import effectgate.tools``
-stays light and never pulls LangChain (or LangGraph) in (STYLE §1).
+stays light and never pulls LangChain (or LangGraph) in.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Confine file access to a workspace directory, robustly against symlink races.
 
-Two layers (issue 3, "workspace confinement"):
+Two layers of workspace confinement:
 
 1. Lexical, in the argument schema (``normalize_relative``): a path must be
    relative, may not contain ``..``, and is normalized (``a/./b/`` -> ``a/b``)

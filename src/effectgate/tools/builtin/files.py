@@ -171,7 +171,7 @@ def _temp_prefix(operation_id: str) -> str:
 
 def _remove_stale_temps(dir_fd: int, prefix: str) -> None:
     # A process killed between writing its temp file and the rename leaves
-    # it behind (seed 003). The next attempt of the same operation removes it,
+    # it behind. The next attempt of the same operation removes it,
     # so recovery leaves no second artefact.
     for entry in os.listdir(dir_fd):
         if entry.startswith(prefix) and entry.endswith(".tmp"):

@@ -1,4 +1,4 @@
-"""send_email over SMTP: the reconcile-only case (issue 3).
+"""send_email over SMTP: the reconcile-only case.
 
 SMTP has no idempotency key, so a retry cannot be deduplicated by the server.
 What we can do is give every operation a stable ``Message-ID`` derived from

@@ -4,7 +4,7 @@ create_ticket sends the operation id as ``Idempotency-Key`` (Stripe
 semantics: the server stores the response with the ticket in one transaction
 and replays it for the same key), and its reconciler looks the ticket up by
 that key. Every transport failure and status code is mapped to the typed
-error that says what is known about the ticket (DESIGN §4):
+error that says what is known about the ticket:
 
 ==================================================  ================
 what happened                                       raised
