@@ -96,3 +96,37 @@ def test_the_channel_is_the_one_langgraph_compiles() -> None:
     """The compiled graph keeps the byte-counting channel (LangGraph rebuilds annotated ones)."""
     graph = StateGraph(AgentState).add_node("n", _node).add_edge(START, "n").compile()
     assert isinstance(graph.channels["messages"], SizedDeltaChannel)
+
+
+def _one_step(state: AgentState) -> dict[str, Any]:
+    n = len(state["messages"])
+    return {"messages": [AIMessage(content="a" * SIZE, id=f"a{n}")]}
+
+
+def test_runs_of_one_step_each_still_snapshot_on_time() -> None:
+    """One invoke per message, as effectgate resumes once per call: the bound holds.
+
+    Each invoke loads the channel (seed plus replayed writes), runs two
+    supersteps and stops; a channel that asks for a snapshot at load time
+    must still get it at the next checkpoint, not forget it on its first write.
+    """
+    saver = InMemorySaver()
+    graph = (
+        StateGraph(AgentState)
+        .add_node("n", _one_step)
+        .add_edge(START, "n")
+        .compile(checkpointer=saver)
+    )
+    cfg: Any = {"configurable": {"thread_id": "r"}}
+    for k in range(150):
+        msg = HumanMessage(content="h" * SIZE, id=f"h{k}")
+        graph.invoke({"messages": [msg]}, cfg, durability="sync")
+    latest = saver.get_tuple(cfg)
+    assert latest is not None
+    hist = saver.get_delta_channel_history(config=latest.config, channels=["messages"])
+    seed = hist["messages"].get("seed") if "messages" in hist else None
+    seed_bytes = approx_bytes(seed.value) if isinstance(seed, _DeltaSnapshot) else 0
+    replayed = sum(approx_bytes(w[2]) for w in hist.get("messages", {"writes": []})["writes"])
+    total = approx_bytes(graph.get_state(cfg).values["messages"])
+    assert seed_bytes >= total / 2  # a recent snapshot exists
+    assert replayed <= SizedDeltaChannel.GROWTH * seed_bytes + 2 * SIZE + 400

@@ -8,10 +8,12 @@ a reviewer of a durable side effect needs (DESIGN §5).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage
+from langgraph._internal._typing import MISSING
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph.message import _messages_delta_reducer
@@ -80,15 +82,15 @@ class SizedDeltaChannel(DeltaChannel[Any]):
     LangGraph's format, so threads written with the plain channel read back,
     and this one reads theirs. It works through the hook LangGraph gives: the
     loop snapshots a channel when its update counter reaches
-    ``snapshot_frequency``, so the channel keeps that attribute at 1 once the
-    bytes say "snapshot" and at ``snapshot_frequency`` (the upper bound on
-    updates between snapshots, as a constructor argument) otherwise. The
-    channel knows its bytes since the snapshot it was loaded from (the seed
-    LangGraph hands ``from_checkpoint``, then ``replay_writes``) and counts
-    each ``update``; LangGraph writes a snapshot through ``get()`` and a
-    plain checkpoint through ``checkpoint()``, so a write that follows a
-    checkpoint while the channel asked for a snapshot, without
-    ``checkpoint()`` in between, starts a new count from the current size.
+    ``snapshot_frequency``, so that attribute reads 1 once the bytes say
+    "snapshot" and ``max_updates`` (the constructor's ``snapshot_frequency``)
+    otherwise. The channel knows its bytes since the snapshot it was loaded
+    from (the seed LangGraph hands ``from_checkpoint``, then
+    ``replay_writes``) and counts each ``update``. The loop reads
+    ``snapshot_frequency`` when it writes a checkpoint, then stores a plain
+    checkpoint through ``checkpoint()`` or a snapshot of ``get()``; so a read
+    while asking that no ``checkpoint()`` followed means a snapshot was
+    stored, and the next write starts a new count from the current size.
     The count is advice: a wrong one only moves the next snapshot, and every
     read still starts from a snapshot that is really stored.
 
@@ -100,7 +102,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             ``LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT`` supersteps, 5000).
     """
 
-    __slots__ = ("_asked", "_base", "_declined", "_since", "max_updates")
+    __slots__ = ("_asked", "_base", "_declined", "_polled", "_since", "max_updates")
 
     GROWTH = 0.5
     """Snapshot when the bytes since the last snapshot reach this fraction of its size."""
@@ -114,12 +116,25 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         *,
         snapshot_frequency: int = 100_000,
     ) -> None:
+        self._restore(snapshot_frequency, 0, 0)
         super().__init__(reducer, typ, snapshot_frequency=snapshot_frequency)
-        self.max_updates = snapshot_frequency
-        self._base = 0
-        self._since = 0
-        self._asked = False
-        self._declined = False
+
+    @property  # type: ignore[override]
+    def snapshot_frequency(self) -> int:
+        """1 while the bytes ask for a snapshot, else ``max_updates``.
+
+        LangGraph's loop reads it when it writes a checkpoint; a read while
+        asking is noted (``_polled``), so the next write can tell a snapshot
+        was taken (the checkpoint did not call ``checkpoint()``).
+        """
+        if self._asked:
+            self._polled = True
+            return 1
+        return self.max_updates
+
+    @snapshot_frequency.setter
+    def snapshot_frequency(self, value: int) -> None:
+        self.max_updates = value
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -130,25 +145,36 @@ class SizedDeltaChannel(DeltaChannel[Any]):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def copy(self) -> SizedDeltaChannel:
-        """A copy with the same value and the same byte counts."""
-        new = super().copy()
-        assert isinstance(new, SizedDeltaChannel)
-        new._restore(self.max_updates, self._base, self._since, self._asked, self._declined)
+    def _new(self) -> SizedDeltaChannel:
+        new = self.__class__(self.reducer, self.typ, snapshot_frequency=self.max_updates)
+        new.key = self.key
         return new
 
-    def _restore(self, cap: int, base: int, since: int, asked: bool, declined: bool) -> None:
+    def _restore(self, cap: int, base: int, since: int) -> None:
         self.max_updates = cap
-        self._base, self._since, self._asked, self._declined = base, since, asked, declined
+        self._base, self._since = base, since
+        self._asked = self._polled = self._declined = False
         self._decide()
+
+    def copy(self) -> SizedDeltaChannel:
+        """A copy with the same value and the same byte counts."""
+        new = self._new()
+        new.value = self.value if self.value is MISSING else copy.copy(self.value)
+        new._base, new._since = self._base, self._since
+        new._asked, new._polled, new._declined = self._asked, self._polled, self._declined
+        return new
 
     def from_checkpoint(self, checkpoint: Any) -> SizedDeltaChannel:
         """``DeltaChannel.from_checkpoint``; the seed's size is the snapshot size."""
-        new = super().from_checkpoint(checkpoint)
-        assert isinstance(new, SizedDeltaChannel)
-        seed = checkpoint.value if isinstance(checkpoint, _DeltaSnapshot) else checkpoint
-        base = approx_bytes(seed) if isinstance(seed, list) else 0
-        new._restore(self.max_updates, base, 0, False, False)
+        new = self._new()
+        if checkpoint is MISSING or checkpoint is None:
+            new.value = new.typ()
+        elif isinstance(checkpoint, _DeltaSnapshot):
+            new.value = checkpoint.value
+        else:
+            new.value = checkpoint
+        base = approx_bytes(new.value) if isinstance(new.value, list) else 0
+        new._restore(self.max_updates, base, 0)
         return new
 
     def replay_writes(self, writes: Sequence[Any]) -> None:
@@ -159,13 +185,16 @@ class SizedDeltaChannel(DeltaChannel[Any]):
 
     def update(self, values: Sequence[Any]) -> bool:
         """``DeltaChannel.update``, counting the bytes written."""
-        if values and self._asked and not self._declined:
-            # Asked for a snapshot, and the checkpoint since did not take the
-            # plain path: it stored the value. Count from here.
-            self._base = approx_bytes(self.value) if isinstance(self.value, list) else 0
-            self._since = 0
-            self._asked = False
-        self._declined = False
+        if not values:
+            return super().update(values)
+        if self._polled:
+            if not self._declined:
+                # The loop read "snapshot now" and did not take the plain
+                # path: it stored the value as it is. Count from here.
+                self._base = approx_bytes(self.value) if isinstance(self.value, list) else 0
+                self._since = 0
+                self._asked = False
+            self._polled = self._declined = False
         changed = super().update(values)
         if changed:
             self._since += approx_bytes(list(values))
@@ -174,14 +203,13 @@ class SizedDeltaChannel(DeltaChannel[Any]):
 
     def checkpoint(self) -> Any:
         """``DeltaChannel.checkpoint`` (a plain, non-snapshot checkpoint): noted."""
-        if self._asked:
+        if self._polled:
             self._declined = True
         return super().checkpoint()
 
     def _decide(self) -> None:
-        due = self._since >= max(self.MIN_BYTES, self.GROWTH * self._base)
-        self._asked = self._asked or due
-        self.snapshot_frequency = 1 if self._asked else self.max_updates
+        if self._since >= max(self.MIN_BYTES, self.GROWTH * self._base):
+            self._asked = True
 
 
 class AgentState(TypedDict):
