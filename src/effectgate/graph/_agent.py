@@ -349,6 +349,15 @@ class Agent:
     def prune(self, policy: PrunePolicy, *, dry_run: bool = False) -> PruneReport:
         """Remove old checkpoints, threads and ledger rows (``effectgate.retention.prune``).
 
+        Args:
+            policy: what to remove: ``keep_last`` checkpoints per thread,
+                ``finished_older_than``, ``delete_threads``, the ledger windows.
+            dry_run: only report what would go.
+
+        Returns:
+            A ``PruneReport``: threads deleted and kept (with why), rows and
+            bytes removed, the files' sizes on disk before and after.
+
         Raises:
             ConfigError: the policy is impossible, or the saver is not an SQLite one.
         """
