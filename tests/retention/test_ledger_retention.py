@@ -86,4 +86,9 @@ def test_a_replay_onto_a_compacted_operation_is_reviewed_not_executed(
         # approving it again sends the same idempotency key: the service does not repeat it
         again = agent.resume("r", decisions=APPROVE)
         assert again.status is RunStatus.DONE, again.error
+        # the ledger flags the reopened id with what its tombstone said
+        created = agent.ledger.events(operation_id=op.operation_id)
+        flag = created[0].detail["compacted_earlier"]
+        assert flag["intent_hash"] == op.intent_hash and flag["state"] == "SUCCEEDED"
+        assert op.receipt is not None and flag["reference"] == op.receipt.reference
     assert len(read_tickets(sd.services)) == 1
