@@ -52,3 +52,15 @@ def test_bad_duration_is_bad_input_and_changes_nothing(
     assert ran.code == 2
     assert "--finished-older-than" in ran.stderr and "Traceback" not in ran.stderr
     assert {p.name: p.read_bytes() for p in state.glob("*.sqlite3")} == before
+
+
+def test_unknown_thread_is_bad_input_and_nothing_is_pruned(
+    finished_demo: tuple[Path, Ran], tmp_path: Path
+) -> None:
+    """``--thread nope`` exits 2 naming it; the demo thread is not deleted either."""
+    state = _copy(finished_demo, tmp_path)
+    ran = eg("prune", "--state-dir", str(state), "--thread", "demo-1", "--thread", "nope")
+    assert ran.code == 2
+    assert "unknown thread 'nope'" in ran.stderr and "Traceback" not in ran.stderr
+    listed = eg("threads", "--state-dir", str(state), "--json")
+    assert [t["status"] for t in listed.json["threads"]] == ["done"]

@@ -65,6 +65,9 @@ def run_prune(
     if not sd.ledger.is_file() or not sd.checkpoints.is_file():
         raise ConfigError(f"{sd.root} has no threads yet: nothing to prune")
     with inspection_agent(sd) as agent:
+        for thread_id in threads:
+            if agent.ledger.get_thread(thread_id) is None:
+                raise ConfigError(f"unknown thread {thread_id!r} in {sd.root} (nothing pruned)")
         report = agent.prune(policy, dry_run=dry_run)
     if output.json_mode:
         output.emit_json(report.as_json())
