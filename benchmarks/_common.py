@@ -231,12 +231,14 @@ def make_script(n_calls: int) -> dict[str, Any]:
     return {"name": f"bench{n_calls}", "turns": turns, "final": "All values recorded."}
 
 
-def record_tools(sink: list[str]) -> tuple[Any, Any]:
+def record_tools(sink: list[str], result_bytes: int = 0) -> tuple[Any, Any]:
     """The same no-op side effect as an IDEMPOTENT ``ToolSpec`` and as a LangChain tool.
 
     Both append the key to ``sink`` (so a benchmark can check that each approval
-    ran exactly one effect) and return a small JSON object.
+    ran exactly one effect) and return a small JSON object, padded with a
+    ``blob`` of ``result_bytes`` characters when asked (a large tool result).
     """
+    pad = {"blob": "x" * result_bytes} if result_bytes else {}
     from langchain_core.tools import StructuredTool
     from pydantic import BaseModel
 
@@ -248,11 +250,11 @@ def record_tools(sink: list[str]) -> tuple[Any, Any]:
 
     def effect(args: RecordArgs, ctx: Any) -> ToolResult:
         sink.append(args.key)
-        return ToolResult(value={"ok": True, "key": args.key})
+        return ToolResult(value={"ok": True, "key": args.key, **pad})
 
     def lc_effect(key: str, value: int) -> dict[str, Any]:
         sink.append(key)
-        return {"ok": True, "key": key}
+        return {"ok": True, "key": key, **pad}
 
     spec = ToolSpec(
         name=TOOL,
@@ -274,6 +276,8 @@ class System:
     """One agent on one state directory: ``start`` a thread, ``step`` = one approved effect."""
 
     name = "system"
+    result_bytes = 0
+    """Size of the tool result's padding (``record_tools``)."""
 
     def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
         self.root = root
@@ -330,7 +334,7 @@ class Baseline(System):
         from effectgate.models import ScriptedChatModel
 
         root.mkdir(parents=True, exist_ok=True)
-        _, lc_tool = record_tools(self.sink)
+        _, lc_tool = record_tools(self.sink, self.result_bytes)
         self.conn = sqlite3.connect(
             root / "checkpoints.sqlite3", check_same_thread=False, timeout=30.0
         )
@@ -380,7 +384,7 @@ class Effectgate(System):
         from effectgate._app import open_agent
         from effectgate.models import ScriptedChatModel
 
-        spec, _ = record_tools(self.sink)
+        spec, _ = record_tools(self.sink, self.result_bytes)
         self._cm = open_agent(
             root,
             model=ScriptedChatModel.from_script(script),

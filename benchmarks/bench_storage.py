@@ -136,8 +136,9 @@ def run(calls: int, names: list[str] = SYSTEMS) -> tuple[dict[str, Any], dict[st
 def check_long_thread(state: Path, calls: int) -> dict[str, Any]:
     """Read the long effectgate thread back after reopening it.
 
-    The messages channel stores deltas with a full snapshot every 100 updates,
-    so a 200-call thread crosses several snapshots: every sampled earlier
+    The messages channel stores deltas with a full snapshot whenever the bytes
+    since the last one reach half its size, so a 200-call thread crosses
+    several snapshots: every sampled earlier
     checkpoint must read back as a prefix of the latest history (time travel),
     the history must pass ``history_problems``, and one more resume after
     reopening must run exactly one effect.

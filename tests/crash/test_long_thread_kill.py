@@ -1,7 +1,7 @@
 """A long thread killed while it crosses delta snapshots makes each ticket once.
 
 The messages channel stores only new messages per checkpoint and a full
-snapshot every 100 updates (``DeltaChannel``), and task writes commit without
+snapshot now and then (``DeltaChannel``), and task writes commit without
 an fsync until the superstep's checkpoint (``StepDurableSaver``). This test
 runs a 60-call thread (about 120 message updates, so at least one snapshot) in
 a worker process, SIGKILLs it three times at moments chosen by the ticket

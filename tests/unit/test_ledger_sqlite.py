@@ -219,6 +219,22 @@ def vars_of(req: object) -> dict[str, object]:
     return {name: getattr(req, name) for name in req.__dataclass_fields__}  # type: ignore[attr-defined]
 
 
+def _undo_v3(conn: sqlite3.Connection) -> None:
+    """Take the retention migration (v3) back out: its tables, and the v1 delete guards."""
+    from effectgate.ledger._migrations import MIGRATIONS
+
+    for table in ("thread_tombstones", "operation_tombstones"):
+        conn.execute(f"DROP TABLE {table}")
+    for name in (
+        "operations_no_delete",
+        "approvals_append_only_delete",
+        "events_append_only_delete",
+    ):
+        conn.execute(f"DROP TRIGGER {name}")
+        (stmt,) = [s for s in MIGRATIONS[1] if f"TRIGGER {name} " in s]
+        conn.execute(stmt)
+
+
 def test_a_v1_ledger_is_migrated_to_v2_and_keeps_its_rows(tmp_path: Path) -> None:
     """A ledger written before the intent index gains it; rows survive; no-migrate refuses."""
     from effectgate.errors import SchemaVersionError
@@ -228,7 +244,8 @@ def test_a_v1_ledger_is_migrated_to_v2_and_keeps_its_rows(tmp_path: Path) -> Non
         ledger.record_review([make_request("op-1")], [])
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX operations_by_intent")
-    conn.execute("DELETE FROM schema_version WHERE version = 2")
+    conn.execute("DELETE FROM schema_version WHERE version >= 2")
+    _undo_v3(conn)
     conn.commit()
     conn.close()
     with pytest.raises(SchemaVersionError):

@@ -330,6 +330,54 @@ def threads(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) 
     raise typer.Exit(code)
 
 
+@app.command(epilog=EXIT_CODE_HELP)
+def prune(
+    *,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    keep_last: Annotated[
+        int | None,
+        typer.Option(help="Keep this many latest checkpoints per thread (and what they need)."),
+    ] = None,
+    finished_older_than: Annotated[
+        str | None,
+        typer.Option(help="Delete finished threads idle longer than this (30d, 12h, ...)."),
+    ] = None,
+    thread: Annotated[
+        list[str] | None, typer.Option("--thread", help="Delete this thread (repeatable).")
+    ] = None,
+    operations_after: Annotated[
+        str, typer.Option(help="Compact terminal operations older than this ('none': never).")
+    ] = "30d",
+    tombstones_after: Annotated[
+        str, typer.Option(help="Remove operation tombstones older than this ('none': never).")
+    ] = "90d",
+    vacuum: Annotated[str, typer.Option(help="full, incremental or none.")] = "full",
+    reason: Annotated[str | None, typer.Option(help="Why (kept on each thread tombstone).")] = None,
+    reviewer: ReviewerOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would go.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove old checkpoints, finished threads and old ledger rows, then VACUUM."""
+    from effectgate.cli._prune import run_prune
+
+    output = Output(json_mode=json_out)
+    with handled(output):
+        code = run_prune(
+            state_dir,
+            output,
+            keep_last=keep_last,
+            finished_older_than=finished_older_than,
+            threads=list(thread or []),
+            operations_after=operations_after,
+            tombstones_after=tombstones_after,
+            vacuum=vacuum,  # type: ignore[arg-type]  # checked by PrunePolicy.check
+            deleted_by=_reviewer(reviewer),
+            reason=reason,
+            dry_run=dry_run,
+        )
+    raise typer.Exit(code)
+
+
 @app.command()
 def reconcile(
     *,

@@ -35,6 +35,7 @@ from effectgate.cli._render import (
 )
 from effectgate.cli._runs import inspection_agent
 from effectgate.errors import ConfigError, DecisionError
+from effectgate.retention import deleted_threads
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
@@ -87,12 +88,26 @@ def threads(state_dir: Path, output: Output) -> int:
     rows = []
     if records:
         with inspection_agent(sd) as agent:
-            rows = [(record, agent.status(record.thread_id).status.value) for record in records]
+            gone = deleted_threads(agent.ledger)
+            rows = [
+                (
+                    record,
+                    _deleted(gone[record.thread_id])
+                    if record.thread_id in gone
+                    else agent.status(record.thread_id).status.value,
+                )
+                for record in records
+            ]
     if output.json_mode:
         output.emit_json({"threads": [thread_json(record, status) for record, status in rows]})
     else:
         output.out.print(threads_table(rows))
     return 0
+
+
+def _deleted(tombstone: Any) -> str:
+    at = tombstone.deleted_at.strftime("%Y-%m-%d %H:%M:%S")
+    return f"deleted ({at}, by {tombstone.deleted_by}: {tombstone.reason})"
 
 
 def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:

@@ -46,6 +46,7 @@ from effectgate.graph._policy import Policy
 from effectgate.graph._saver import StepDurableSaver
 from effectgate.graph._state import effect_node_name
 from effectgate.ledger import Lease, Ledger, Operation, OpState
+from effectgate.retention import PrunePolicy, PruneReport, prune, refuse_deleted
 from effectgate.tools import ToolSpec
 
 __all__ = ["Agent", "PendingInterrupt", "RunResult", "RunStatus"]
@@ -210,6 +211,7 @@ class Agent:
         # "already exists" must not hold the thread while its runner wants it back.
         self._refuse_existing(thread_id)
         with self._lease(thread_id):
+            refuse_deleted(self.ledger, thread_id)
             self._refuse_existing(thread_id)
             return self._with_shared(self._run(thread_id, {"messages": [HumanMessage(task)]}))
 
@@ -253,6 +255,7 @@ class Agent:
         verdicts: Mapping[str, Verdict] | None,
     ) -> RunResult:
         # Runs under the thread's lease (``resume``).
+        refuse_deleted(self.ledger, thread_id)
         self.ledger.recover_in_flight(thread_id=thread_id)
         _check_answers_shape(decisions, verdicts)
         stop = self._stops.pop(thread_id, None)
@@ -294,6 +297,7 @@ class Agent:
         succeeded is executed twice.
         """
         with self._lease(thread_id):
+            refuse_deleted(self.ledger, thread_id)
             config = self._config(thread_id)
             config["configurable"]["checkpoint_id"] = checkpoint_id
             return self._with_shared(self._run(thread_id, None, config=config))
@@ -464,6 +468,23 @@ class Agent:
         """Return the thread's current message history."""
         snapshot = self.graph.get_state(self._config(thread_id))
         return list(snapshot.values.get("messages", []))
+
+    def prune(self, policy: PrunePolicy, *, dry_run: bool = False) -> PruneReport:
+        """Remove old checkpoints, threads and ledger rows (``effectgate.retention.prune``).
+
+        Args:
+            policy: what to remove: ``keep_last`` checkpoints per thread,
+                ``finished_older_than``, ``delete_threads``, the ledger windows.
+            dry_run: only report what would go.
+
+        Returns:
+            A ``PruneReport``: threads deleted and kept (with why), rows and
+            bytes removed, the files' sizes on disk before and after.
+
+        Raises:
+            ConfigError: the policy is impossible, or the saver is not an SQLite one.
+        """
+        return prune(self, policy, dry_run=dry_run)
 
     # -------------------------------------------------------------- internals
 

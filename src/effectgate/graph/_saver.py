@@ -260,6 +260,15 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
         super().delete_thread(thread_id)
         self._lineage.clear()
 
+    def forget_lineage(self) -> None:
+        """Forget the lineage remembered; call after deleting checkpoints on this connection.
+
+        Another connection's deletes are noticed (``PRAGMA data_version``);
+        this connection's own are not, so whoever deletes through it (e.g.
+        ``effectgate.retention.prune``) says so.
+        """
+        self._lineage.clear()
+
     def _names(self, channels: Iterable[str]) -> frozenset[str]:
         # A graph's checkpoints hold a handful of distinct channel sets: share them.
         names = frozenset(channels)

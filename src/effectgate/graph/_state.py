@@ -8,10 +8,14 @@ a reviewer of a durable side effect needs (docs/architecture.md, "The graph").
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
-from langchain_core.messages import AnyMessage
+from langchain_core.messages import AnyMessage, BaseMessage
+from langgraph._internal._typing import MISSING
 from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph.message import _messages_delta_reducer
 
 __all__ = [
@@ -24,8 +28,188 @@ __all__ = [
     "ReviewConfig",
     "ReviewRequest",
     "ReviewResponse",
+    "SizedDeltaChannel",
     "effect_node_name",
 ]
+
+
+def approx_bytes(value: Any) -> int:
+    """A cheap estimate of how many bytes ``value`` takes once serialized.
+
+    Strings and bytes count their length, containers the sum of their items,
+    a message its content, tool calls and extra fields plus a fixed 64 for
+    the envelope; anything else counts 8. It never serializes, so it costs
+    O(number of parts), not O(bytes): a 200 KB tool result is one ``len``.
+
+    Args:
+        value: a message, a list of messages, or any JSON-like value.
+
+    Returns:
+        The estimate, in bytes (at least 0).
+    """
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, BaseMessage):
+        size = 64 + approx_bytes(value.content) + approx_bytes(value.additional_kwargs)
+        calls = getattr(value, "tool_calls", None)
+        return size + (approx_bytes(calls) if calls else 0)
+    if isinstance(value, dict):
+        return sum(len(str(k)) + approx_bytes(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(approx_bytes(v) for v in value)
+    return 8
+
+
+class SizedDeltaChannel(DeltaChannel[Any]):
+    """A ``DeltaChannel`` that snapshots when the bytes since the last snapshot reach a share of it.
+
+    LangGraph's ``DeltaChannel`` snapshots the whole value every
+    ``snapshot_frequency`` updates (100). With large messages that is
+    quadratic again: a thread whose tool returns 200 KB stores its whole,
+    growing history every 100 updates (measured: 5.39x more bytes per call in
+    the last quarter of a 500-call thread than in the first). Snapshotting
+    when the bytes since the last snapshot reach ``GROWTH`` times its size
+    makes the snapshots a geometric series: all of them together hold at
+    most ``(1 + GROWTH) / GROWTH`` times the final history (3x at 0.5), so a
+    thread's storage stays linear in what it wrote; and a read replays at
+    most ``GROWTH`` times the snapshot it starts from, so it costs O(history)
+    like reading a full blob. The idea is the capacity doubling of dynamic
+    arrays, and the size-ratio trigger of log-structured compaction.
+    ``MIN_BYTES`` keeps a young thread from snapshotting at every step.
+
+    The decision is the only change: what is stored (``_DeltaSnapshot`` blobs,
+    per-superstep writes, the ``counters_since_delta_snapshot`` metadata) is
+    LangGraph's format, so threads written with the plain channel read back,
+    and this one reads theirs. It works through the hook LangGraph gives: the
+    loop snapshots a channel when its update counter reaches
+    ``snapshot_frequency``, so that attribute reads 1 once the bytes say
+    "snapshot" and ``max_updates`` (the constructor's ``snapshot_frequency``)
+    otherwise. The channel knows its bytes since the snapshot it was loaded
+    from (the seed LangGraph hands ``from_checkpoint``, then
+    ``replay_writes``) and counts each ``update``. The loop reads
+    ``snapshot_frequency`` when it writes a checkpoint, then stores a plain
+    checkpoint through ``checkpoint()`` or a snapshot of ``get()``; so a read
+    while asking that no ``checkpoint()`` followed means a snapshot was
+    stored, and the next write starts a new count from the current size.
+    The count is advice: a wrong one only moves the next snapshot, and every
+    read still starts from a snapshot that is really stored.
+
+    Args:
+        reducer: as ``DeltaChannel``.
+        typ: as ``DeltaChannel``.
+        snapshot_frequency: the most updates between two snapshots whatever
+            their bytes (default 100,000; LangGraph also snapshots after
+            ``LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT`` supersteps, 5000).
+    """
+
+    __slots__ = ("_asked", "_base", "_declined", "_polled", "_since", "max_updates")
+
+    GROWTH = 0.5
+    """Snapshot when the bytes since the last snapshot reach this fraction of its size."""
+    MIN_BYTES = 16 * 1024
+    """...and at least this many bytes (so a young thread is not snapshotted every step)."""
+
+    def __init__(
+        self,
+        reducer: Callable[[Any, Sequence[Any]], Any],
+        typ: type[Any] | None = None,
+        *,
+        snapshot_frequency: int = 100_000,
+    ) -> None:
+        self._restore(snapshot_frequency, 0, 0)
+        super().__init__(reducer, typ, snapshot_frequency=snapshot_frequency)
+
+    @property  # type: ignore[override]
+    def snapshot_frequency(self) -> int:
+        """1 while the bytes ask for a snapshot, else ``max_updates``.
+
+        LangGraph's loop reads it when it writes a checkpoint; a read while
+        asking is noted (``_polled``), so the next write can tell a snapshot
+        was taken (the checkpoint did not call ``checkpoint()``).
+        """
+        if self._asked:
+            self._polled = True
+            return 1
+        return self.max_updates
+
+    @snapshot_frequency.setter
+    def snapshot_frequency(self, value: int) -> None:
+        self.max_updates = value
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, SizedDeltaChannel)
+            and self.max_updates == other.max_updates
+            and DeltaChannel(self.reducer) == DeltaChannel(other.reducer)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _new(self) -> SizedDeltaChannel:
+        new = self.__class__(self.reducer, self.typ, snapshot_frequency=self.max_updates)
+        new.key = self.key
+        return new
+
+    def _restore(self, cap: int, base: int, since: int) -> None:
+        self.max_updates = cap
+        self._base, self._since = base, since
+        self._asked = self._polled = self._declined = False
+        self._decide()
+
+    def copy(self) -> SizedDeltaChannel:
+        """A copy with the same value and the same byte counts."""
+        new = self._new()
+        new.value = self.value if self.value is MISSING else copy.copy(self.value)
+        new._base, new._since = self._base, self._since
+        new._asked, new._polled, new._declined = self._asked, self._polled, self._declined
+        return new
+
+    def from_checkpoint(self, checkpoint: Any) -> SizedDeltaChannel:
+        """``DeltaChannel.from_checkpoint``; the seed's size is the snapshot size."""
+        new = self._new()
+        if checkpoint is MISSING or checkpoint is None:
+            new.value = new.typ()
+        elif isinstance(checkpoint, _DeltaSnapshot):
+            new.value = checkpoint.value
+        else:
+            new.value = checkpoint
+        base = approx_bytes(new.value) if isinstance(new.value, list) else 0
+        new._restore(self.max_updates, base, 0)
+        return new
+
+    def replay_writes(self, writes: Sequence[Any]) -> None:
+        """``DeltaChannel.replay_writes``, counting the replayed bytes as written since the seed."""
+        super().replay_writes(writes)
+        self._since += sum(approx_bytes(w[2]) for w in writes)
+        self._decide()
+
+    def update(self, values: Sequence[Any]) -> bool:
+        """``DeltaChannel.update``, counting the bytes written."""
+        if not values:
+            return super().update(values)
+        if self._polled:
+            if not self._declined:
+                # The loop read "snapshot now" and did not take the plain
+                # path: it stored the value as it is. Count from here.
+                self._base = approx_bytes(self.value) if isinstance(self.value, list) else 0
+                self._since = 0
+                self._asked = False
+            self._polled = self._declined = False
+        changed = super().update(values)
+        if changed:
+            self._since += approx_bytes(list(values))
+            self._decide()
+        return changed
+
+    def checkpoint(self) -> Any:
+        """``DeltaChannel.checkpoint`` (a plain, non-snapshot checkpoint): noted."""
+        if self._polled:
+            self._declined = True
+        return super().checkpoint()
+
+    def _decide(self) -> None:
+        if self._since >= max(self.MIN_BYTES, self.GROWTH * self._base):
+            self._asked = True
 
 
 class AgentState(TypedDict):
@@ -33,15 +217,17 @@ class AgentState(TypedDict):
 
     ``messages`` is a LangGraph ``DeltaChannel`` (beta in langgraph 1.2): a
     checkpoint stores only the messages its superstep added, plus a full
-    snapshot every 100 updates, and a read replays the writes since the last
+    snapshot now and then, and a read replays the writes since the last
     snapshot. With the default ``add_messages`` channel every checkpoint holds
-    the whole history, so a thread's storage grows quadratically (measured:
-    69 -> 406 KiB per call across a 200-call thread; with the delta channel
-    12 -> 14 KiB). Threads written with the plain channel still read back: the
-    channel takes an old full-list blob as its starting value. Because the
-    on-disk form is beta, langgraph and its checkpoint packages are pinned to
-    a minor version, and ``tests/integration/test_state_format.py`` reads a
-    thread written by an earlier effectgate back.
+    the whole history, so a thread's storage grows quadratically (69 -> 406
+    KiB per call across a 200-call thread; with the delta channel 12 -> 14
+    KiB). When to snapshot is decided by bytes (``SizedDeltaChannel``), so a
+    thread with large messages grows linearly too. Threads written with the
+    plain channel still read back: the channel takes an old full-list blob as
+    its starting value. Because the on-disk form is beta, langgraph and its
+    checkpoint packages are pinned to a minor version, and
+    ``tests/integration/test_state_format.py`` reads a thread written by an
+    earlier effectgate back.
 
     The reducer (``_messages_delta_reducer``, re-exported by
     ``langgraph.graph.message`` for this use) replaces a message by id and
@@ -50,7 +236,7 @@ class AgentState(TypedDict):
     messages.
     """
 
-    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+    messages: Annotated[list[AnyMessage], SizedDeltaChannel(_messages_delta_reducer)]
 
 
 class ActionRequest(TypedDict):

@@ -42,6 +42,7 @@ __all__ = [
     "ms_or_none",
     "operation_from_row",
     "operation_to_row",
+    "receipt_from_json",
     "receipt_json",
     "state_or_corrupt",
     "thread_from_row",
@@ -192,6 +193,18 @@ def _receipt(text: Any) -> Receipt:
         source=data["source"],
         recorded_at=from_ms(data["recorded_at_ms"]),
     )
+
+
+def receipt_from_json(text: str) -> Receipt:
+    """Decode a receipt written by ``receipt_json``.
+
+    Raises:
+        LedgerCorruptError: the text is not a valid receipt.
+    """
+    try:
+        return _receipt(text)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LedgerCorruptError(f"undecodable receipt: {exc}") from exc
 
 
 def operation_to_row(op: Operation) -> tuple[Any, ...]:

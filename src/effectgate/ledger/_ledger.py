@@ -196,7 +196,19 @@ class Ledger(AttemptsMixin):
                     new_hash=req.intent_hash,
                 )
             return op
-        detail = {"thread_id": req.thread_id, "tool_call_id": req.tool_call_id, "tool": req.tool}
+        detail: dict[str, Any] = {
+            "thread_id": req.thread_id,
+            "tool_call_id": req.tool_call_id,
+            "tool": req.tool,
+        }
+        earlier = tx.get_operation_tombstone(op.operation_id)
+        if earlier is not None:  # the id was used before, and compacted by retention
+            detail["compacted_earlier"] = {
+                "state": earlier.state.value,
+                "intent_hash": earlier.intent_hash,
+                "finished_at": earlier.finished_at.isoformat(),
+                "reference": None if earlier.receipt is None else earlier.receipt.reference,
+            }
         self._event(tx, op, EventKind.CREATED, now, detail, dst=_S.PROPOSED)
         return op
 

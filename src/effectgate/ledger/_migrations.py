@@ -126,7 +126,48 @@ _V2: tuple[str, ...] = (
     "CREATE INDEX operations_by_intent ON operations (intent_hash, state)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2)
+_V3: tuple[str, ...] = (
+    # Retention. A deleted thread keeps a tombstone (when, by whom, why), so
+    # it is listed as deleted and never resumed. A terminal operation past
+    # the retention window is compacted to a tombstone that still answers
+    # "this id was used, with this intent and this receipt"; its approvals,
+    # events and row may then go, and only then (the guards below).
+    """CREATE TABLE thread_tombstones (
+        thread_id TEXT PRIMARY KEY,
+        deleted_at_ms INTEGER NOT NULL,
+        deleted_by TEXT NOT NULL,
+        reason TEXT NOT NULL
+    ) STRICT""",
+    """CREATE TABLE operation_tombstones (
+        operation_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        intent_hash TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('SUCCEEDED','FAILED','REJECTED')),
+        receipt_json TEXT,
+        finished_at_ms INTEGER NOT NULL,
+        compacted_at_ms INTEGER NOT NULL
+    ) STRICT""",
+    "CREATE INDEX operation_tombstones_by_finish ON operation_tombstones (finished_at_ms)",
+    "DROP TRIGGER operations_no_delete",
+    """CREATE TRIGGER operations_no_delete BEFORE DELETE ON operations
+        WHEN NOT EXISTS (SELECT 1 FROM operation_tombstones t
+            WHERE t.operation_id = OLD.operation_id AND t.intent_hash = OLD.intent_hash
+            AND t.state = OLD.state)
+        BEGIN SELECT RAISE(ABORT, 'ledger: an operation goes only once compacted'); END""",
+    "DROP TRIGGER approvals_append_only_delete",
+    """CREATE TRIGGER approvals_append_only_delete BEFORE DELETE ON approvals
+        WHEN NOT EXISTS (SELECT 1 FROM operation_tombstones t
+            WHERE t.operation_id = OLD.operation_id)
+        BEGIN SELECT RAISE(ABORT, 'ledger: approvals are append-only'); END""",
+    "DROP TRIGGER events_append_only_delete",
+    """CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+        WHEN NOT EXISTS (SELECT 1 FROM operation_tombstones t
+            WHERE t.operation_id = OLD.operation_id)
+        BEGIN SELECT RAISE(ABORT, 'ledger: events are append-only'); END""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3)
 """Statements per version; each runs inside one ``BEGIN IMMEDIATE`` transaction."""
 
 LATEST_VERSION = len(MIGRATIONS) - 1

@@ -275,3 +275,33 @@ class LedgerMetrics:
     """Operations in UNKNOWN or NEEDS_RECONCILIATION."""
     oldest_reconciliation_age_s: float | None
     """Age in seconds of the oldest NEEDS_RECONCILIATION operation; ``None`` if none."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadTombstone:
+    """A deleted thread: when, by whom and why (its checkpoints are gone)."""
+
+    thread_id: str
+    deleted_at: datetime
+    deleted_by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationTombstone:
+    """What is left of a terminal operation compacted by retention.
+
+    Enough to answer, for the deduplication window, "this operation id was
+    used, for this intent, with this outcome and receipt"; the arguments,
+    approvals and events are gone.
+    """
+
+    operation_id: str
+    thread_id: str
+    tool: str
+    intent_hash: str
+    state: OpState
+    receipt: Receipt | None
+    finished_at: datetime
+    """The operation's last ``updated_at``."""
+    compacted_at: datetime

@@ -36,14 +36,17 @@ from effectgate.ledger._migrations import (
     UNFINISHED_STATES_SQL,
 )
 from effectgate.ledger._model import (
+    TERMINAL,
     UNFINISHED,
     Approval,
     Event,
     EventKind,
     Lease,
     Operation,
+    OperationTombstone,
     OpState,
     ThreadRecord,
+    ThreadTombstone,
 )
 from effectgate.ledger._store import (
     Change,
@@ -278,6 +281,32 @@ class _ThreadListings:
         return [op for _, op in entry.rows.values()]
 
 
+_SQL_THREAD_TOMBSTONE = "SELECT thread_id, deleted_at_ms, deleted_by, reason FROM thread_tombstones"
+_SQL_OP_TOMBSTONE = (
+    "SELECT operation_id, thread_id, tool, intent_hash, state, receipt_json, finished_at_ms, "
+    "compacted_at_ms FROM operation_tombstones"
+)
+
+
+def _thread_tombstone(row: Sequence[Any]) -> ThreadTombstone:
+    return ThreadTombstone(
+        thread_id=row[0], deleted_at=codec.from_ms(row[1]), deleted_by=row[2], reason=row[3]
+    )
+
+
+def _operation_tombstone(row: Sequence[Any]) -> OperationTombstone:
+    return OperationTombstone(
+        operation_id=row[0],
+        thread_id=row[1],
+        tool=row[2],
+        intent_hash=row[3],
+        state=codec.state_or_corrupt(row[4], row[0]),
+        receipt=None if row[5] is None else codec.receipt_from_json(row[5]),
+        finished_at=codec.from_ms(row[6]),
+        compacted_at=codec.from_ms(row[7]),
+    )
+
+
 class _Reader:
     """Reads on one connection; the caller holds the store lock and a transaction."""
 
@@ -390,6 +419,21 @@ class _Reader:
         (ms,) = self._conn.execute(SQL_OLDEST_UPDATED, (state.value,)).fetchone()
         return None if ms is None else codec.from_ms(ms)
 
+    def get_thread_tombstone(self, thread_id: str) -> ThreadTombstone | None:
+        row = self._conn.execute(_SQL_THREAD_TOMBSTONE + " WHERE thread_id = ?", (thread_id,))
+        found = row.fetchone()
+        return None if found is None else _thread_tombstone(found)
+
+    def list_thread_tombstones(self) -> list[ThreadTombstone]:
+        rows = self._conn.execute(_SQL_THREAD_TOMBSTONE + " ORDER BY deleted_at_ms, thread_id")
+        return [_thread_tombstone(row) for row in rows]
+
+    def get_operation_tombstone(self, operation_id: str) -> OperationTombstone | None:
+        found = self._conn.execute(
+            _SQL_OP_TOMBSTONE + " WHERE operation_id = ?", (operation_id,)
+        ).fetchone()
+        return None if found is None else _operation_tombstone(found)
+
 
 class _Transaction(_Reader):
     """Reads and writes inside one ``BEGIN IMMEDIATE`` transaction.
@@ -466,6 +510,59 @@ class _Transaction(_Reader):
             old = (expected.owner, expected.token, codec.to_ms(expected.expires_at))
             cur = self._conn.execute(SQL_UPDATE_LEASE, (*new, lease.thread_id, *old))
         return cur.rowcount == 1
+
+    def put_thread_tombstone(self, tombstone: ThreadTombstone) -> ThreadTombstone:
+        self._conn.execute(
+            "INSERT INTO thread_tombstones (thread_id, deleted_at_ms, deleted_by, reason) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
+            (
+                tombstone.thread_id,
+                codec.to_ms(tombstone.deleted_at),
+                tombstone.deleted_by,
+                tombstone.reason,
+            ),
+        )
+        stored = self.get_thread_tombstone(tombstone.thread_id)
+        assert stored is not None
+        return stored
+
+    def compact_operations(
+        self, *, finished_before: datetime, now: datetime, thread_ids: Iterable[str] | None = None
+    ) -> int:
+        cutoff = codec.to_ms(finished_before)
+        where = f"state IN ({_in_list(TERMINAL)}) AND updated_at_ms < ?"
+        params: list[Any] = [cutoff]
+        if thread_ids is not None:
+            ids = list(thread_ids)
+            where += f" AND thread_id IN ({', '.join('?' * len(ids))})"
+            params.extend(ids)
+        victims = self._conn.execute(
+            f"SELECT operation_id, thread_id FROM operations WHERE {where}", params
+        ).fetchall()
+        if not victims:
+            return 0
+        self._conn.execute(
+            "INSERT OR REPLACE INTO operation_tombstones (operation_id, thread_id, tool, "
+            "intent_hash, state, receipt_json, finished_at_ms, compacted_at_ms) "
+            "SELECT operation_id, thread_id, tool, intent_hash, state, receipt_json, "
+            f"updated_at_ms, ? FROM operations WHERE {where}",
+            [codec.to_ms(now), *params],
+        )
+        sub = f"SELECT operation_id FROM operations WHERE {where}"
+        self._conn.execute(f"DELETE FROM approvals WHERE operation_id IN ({sub})", params)
+        self._conn.execute(f"DELETE FROM events WHERE operation_id IN ({sub})", params)
+        self._conn.execute(f"DELETE FROM operations WHERE {where}", params)
+        if self._listings is not None:
+            for op_id, thread_id in victims:
+                self._listings.wrote(thread_id, op_id)
+        return len(victims)
+
+    def drop_operation_tombstones(self, *, finished_before: datetime) -> int:
+        cur = self._conn.execute(
+            "DELETE FROM operation_tombstones WHERE finished_at_ms < ?",
+            (codec.to_ms(finished_before),),
+        )
+        return cur.rowcount
 
 
 class SqliteLedgerStore:

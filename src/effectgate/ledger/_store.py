@@ -27,9 +27,11 @@ from effectgate.ledger._model import (
     EventKind,
     Lease,
     Operation,
+    OperationTombstone,
     OpState,
     Receipt,
     ThreadRecord,
+    ThreadTombstone,
 )
 
 __all__ = [
@@ -171,6 +173,18 @@ class StoreReader(Protocol):
         """Return the earliest ``updated_at`` among operations in ``state``, or ``None``."""
         ...
 
+    def get_thread_tombstone(self, thread_id: str) -> ThreadTombstone | None:
+        """Return the tombstone of a deleted thread, or ``None``."""
+        ...
+
+    def list_thread_tombstones(self) -> list[ThreadTombstone]:
+        """Return every thread tombstone, by ``deleted_at``."""
+        ...
+
+    def get_operation_tombstone(self, operation_id: str) -> OperationTombstone | None:
+        """Return what is left of a compacted operation, or ``None``."""
+        ...
+
 
 class StoreTransaction(StoreReader, Protocol):
     """Reads and writes inside one atomic, isolated transaction.
@@ -215,6 +229,33 @@ class StoreTransaction(StoreReader, Protocol):
 
     def put_lease(self, lease: Lease, *, expected: Lease | None) -> bool:
         """Write ``lease`` only if the stored lease equals ``expected`` (``None``: absent)."""
+        ...
+
+    def put_thread_tombstone(self, tombstone: ThreadTombstone) -> ThreadTombstone:
+        """Insert a thread tombstone unless one exists; return the stored one."""
+        ...
+
+    def compact_operations(
+        self, *, finished_before: datetime, now: datetime, thread_ids: Iterable[str] | None = None
+    ) -> int:
+        """Compact terminal operations last updated before ``finished_before``.
+
+        Each becomes an ``OperationTombstone`` (``compacted_at = now``); its
+        approvals, events and row are deleted, in that order. Operations that
+        are not terminal are never touched. ``thread_ids`` limits it to those
+        threads.
+
+        Returns:
+            How many operations were compacted.
+        """
+        ...
+
+    def drop_operation_tombstones(self, *, finished_before: datetime) -> int:
+        """Delete operation tombstones whose operation finished before ``finished_before``.
+
+        Returns:
+            How many were deleted.
+        """
         ...
 
 

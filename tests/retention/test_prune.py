@@ -1,0 +1,286 @@
+"""``prune`` over threads in every state; tombstones; the checkpoint file's size after VACUUM.
+
+Each thread opens one ticket on the demo ticket service (its own alert id),
+so "each effect once" is read from the ticket service's own database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from effectgate._app import StateDir, open_agent
+from effectgate.demo.services import DemoServices, read_tickets
+from effectgate.graph import Agent, RunStatus
+from effectgate.ledger import OpState
+from effectgate.retention import PrunePolicy, ThreadDeletedError, tombstone_of
+from tests.conftest import run_worker
+
+APPROVE: dict[str, Any] = {"decisions": [{"type": "approve"}], "reviewer": "t"}
+NO_LEDGER = {"operations_after": None, "tombstones_after": None}
+
+
+def _script(sd: StateDir, name: str, calls: int = 1) -> str:
+    turns = [
+        {
+            "say": f"Opening ticket {name}-{k}.",
+            "tool_calls": [
+                {
+                    "name": "create_ticket",
+                    "args": {
+                        "title": f"{name} {k}",
+                        "body": "b" * 2000,
+                        "severity": "low",
+                        "alert_id": f"alert-{name}-{k}",
+                    },
+                }
+            ],
+        }
+        for k in range(calls)
+    ]
+    path = sd.root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "turns": turns, "final": f"{name} done."}))
+    return f"scripted:{path}"
+
+
+def _agent(sd: StateDir, services: DemoServices, name: str, calls: int = 1) -> Any:
+    return open_agent(sd, model=_script(sd, name, calls), endpoints=services.endpoints)
+
+
+def _finish(agent: Agent, thread_id: str, calls: int) -> None:
+    result = agent.start("go", thread_id=thread_id)
+    for _ in range(calls):
+        assert result.status is RunStatus.WAITING_REVIEW, result.error
+        result = agent.resume(thread_id, decisions=APPROVE)
+    assert result.status is RunStatus.DONE, result.error
+
+
+def _alerts(sd: StateDir) -> Counter[str]:
+    return Counter(str(t.get("alert_id")) for t in read_tickets(sd.services))
+
+
+def _checkpoint_rows(sd: StateDir, thread_id: str) -> int:
+    conn = sqlite3.connect(sd.checkpoints)
+    try:
+        (n,) = conn.execute(
+            "SELECT COUNT(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+        return int(n)
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_prune_keeps_every_unfinished_thread_whole_and_each_ticket_happens_once(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """Threads waiting at a review, at a verdict, IN_FLIGHT after a kill, forked, finished.
+
+    ``prune`` keeps only the last checkpoint of each (and what it depends
+    on), deletes the finished one, refuses to delete the others, and then
+    every kept thread is answered or resumed to done with each ticket created
+    exactly once.
+    """
+    sd = state_dir
+    # finished, over several calls (so keep_last has history to drop)
+    with _agent(sd, services, "done", calls=3) as agent:
+        _finish(agent, "done", 3)
+    # forked: finished, then replayed from an earlier checkpoint
+    with _agent(sd, services, "fork", calls=2) as agent:
+        _finish(agent, "fork", 2)
+        history = list(agent.graph.get_state_history({"configurable": {"thread_id": "fork"}}))
+        agent.replay("fork", history[len(history) // 2].config["configurable"]["checkpoint_id"])
+    # waiting at a review, after two calls
+    with _agent(sd, services, "review", calls=3) as agent:
+        result = agent.start("go", thread_id="review")
+        for _ in range(2):
+            result = agent.resume("review", decisions=APPROVE)
+        assert result.status is RunStatus.WAITING_REVIEW
+    # waiting for a verdict: the ticket service commits, then drops the connection
+    with _agent(sd, services, "verdict") as agent:
+        agent.start("go", thread_id="verdict")
+        services.set_fault("tickets", "ambiguous-unqueryable", delay_s=0.2, times=1)
+        result = agent.resume("verdict", decisions=APPROVE)
+        assert result.status is RunStatus.WAITING_RECONCILIATION, result.error
+        services.set_fault("tickets", "normal")
+    # IN_FLIGHT: a worker killed right after the ticket service committed
+    _script(sd, "killed")
+    run = run_worker(
+        sd,
+        "killed",
+        failpoint="AFTER_EXTERNAL_COMMIT",
+        model=f"scripted:{sd.root / 'killed.yaml'}",
+    )
+    assert run.returncode == 137, run.stderr
+    before = {t: _checkpoint_rows(sd, t) for t in ("done", "fork", "review", "verdict", "killed")}
+    with _agent(sd, services, "review", calls=3) as agent:
+        assert [op.state for op in agent.ledger.list(thread_id="killed")] == [OpState.IN_FLIGHT]
+        dry = agent.prune(
+            PrunePolicy(
+                keep_last=1, delete_threads=["done", "review", "verdict", "killed"], **NO_LEDGER
+            ),
+            dry_run=True,
+        )
+        assert dry.threads_deleted == ["done"]
+        assert _checkpoint_rows(sd, "done") == before["done"]  # a dry run touches nothing
+        report = agent.prune(
+            PrunePolicy(
+                keep_last=1, delete_threads=["done", "review", "verdict", "killed"], **NO_LEDGER
+            )
+        )
+        assert report.threads_deleted == ["done"]
+        assert set(report.threads_kept) == {"review", "verdict", "killed"}
+        assert report.checkpoints_removed == dry.checkpoints_removed > 0
+        assert report.payload_bytes == dry.payload_bytes > 0
+        assert report.files["checkpoints"]["after"] < report.files["checkpoints"]["before"]
+        assert _checkpoint_rows(sd, "done") == 0
+        for t in ("fork", "review", "verdict", "killed"):
+            # fewer only past a snapshot: before it, every checkpoint is an ancestor the
+            # latest one replays
+            assert 0 < _checkpoint_rows(sd, t) <= before[t]
+        # the kept threads still say where they stand
+        assert agent.status("review").status is RunStatus.WAITING_REVIEW
+        assert agent.status("verdict").status is RunStatus.WAITING_RECONCILIATION
+        with pytest.raises(ThreadDeletedError, match="deleted on request"):
+            agent.resume("done")
+        tomb = tombstone_of(agent.ledger, "done")
+        assert tomb is not None and tomb.deleted_by == "effectgate prune"
+        # the review asks for the third call, not the first again
+        (action,) = agent.status("review").interrupts[0].value["action_requests"]
+        assert action["args"]["alert_id"] == "alert-review-2"
+        assert agent.resume("review", decisions=APPROVE).status is RunStatus.DONE
+    with _agent(sd, services, "verdict") as agent:
+        (item,) = agent.status("verdict").interrupts
+        op_id = item.value["operation_id"]
+        (ticket,) = [t for t in read_tickets(sd.services) if t["alert_id"] == "alert-verdict-0"]
+        done = agent.resume(
+            "verdict",
+            verdicts={op_id: {"verdict": "succeeded", "reference": str(ticket["ticket_id"])}},
+        )
+        assert done.status is RunStatus.DONE, done.error
+    with _agent(sd, services, "killed") as agent:
+        assert agent.resume("killed").status is RunStatus.DONE
+    with _agent(sd, services, "fork", calls=2) as agent:
+        result = agent.resume("fork")
+        while result.status is RunStatus.WAITING_REVIEW:
+            result = agent.resume("fork", decisions=APPROVE)
+        assert result.status is RunStatus.DONE, result.error
+    alerts = _alerts(sd)
+    expected = {
+        *(f"alert-done-{k}" for k in range(3)),
+        *(f"alert-fork-{k}" for k in range(2)),
+        *(f"alert-review-{k}" for k in range(3)),
+        "alert-verdict-0",
+        "alert-killed-0",
+    }
+    assert set(alerts) == expected
+    assert all(n == 1 for n in alerts.values()), alerts
+
+
+def test_a_late_write_after_delete_does_not_bring_the_thread_back(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A second agent (a parked worker) that puts a checkpoint after the delete is refused."""
+    sd = state_dir
+    with (
+        _agent(sd, services, "late", calls=2) as parked,
+        _agent(sd, services, "late", calls=2) as pruner,
+    ):
+        _finish(parked, "late", 2)
+        saver = parked.graph.checkpointer
+        assert saver is not None
+        stale = saver.get_tuple({"configurable": {"thread_id": "late"}})
+        assert stale is not None
+        report = pruner.prune(PrunePolicy(delete_threads=["late"], reason="gdpr", **NO_LEDGER))
+        assert report.threads_deleted == ["late"]
+        # the parked worker wakes up and writes what it had
+        with pytest.raises(sqlite3.IntegrityError, match="deleted"):
+            saver.put(stale.config, stale.checkpoint, stale.metadata, {})
+        with pytest.raises(sqlite3.IntegrityError, match="deleted"):
+            saver.put_writes(stale.config, [("messages", [])], "task-1")
+        assert _checkpoint_rows(sd, "late") == 0
+        assert pruner.status("late").status is RunStatus.NOT_STARTED
+        with pytest.raises(ThreadDeletedError, match="gdpr"):
+            pruner.resume("late")
+        with pytest.raises(ThreadDeletedError):
+            parked.start("go", thread_id="late")
+    assert _alerts(sd) == Counter({"alert-late-0": 1, "alert-late-1": 1})
+
+
+def test_file_after_prune_and_vacuum_is_the_kept_threads_plus_a_constant(
+    services: DemoServices, state_dir: StateDir, tmp_path: Path
+) -> None:
+    """Deleting 4 of 5 threads leaves a checkpoint file the size of the one kept, within 64 KiB."""
+    sd = state_dir
+    names = ["keep", "a", "b", "c", "d"]
+    for name in names:
+        with _agent(sd, services, name, calls=2) as agent:
+            _finish(agent, name, 2)
+    with _agent(sd, services, "keep", calls=2) as agent:
+        report = agent.prune(PrunePolicy(delete_threads=names[1:], **NO_LEDGER))
+        assert sorted(report.threads_deleted) == sorted(names[1:])
+        assert agent.status("keep").status is RunStatus.DONE
+        assert len(agent.messages("keep")) == 6
+    after = report.files["checkpoints"]["after"]
+    # The kept thread alone, copied into a fresh file the same way, and vacuumed.
+    conn = sqlite3.connect(sd.checkpoints)
+    try:
+        (kept,) = conn.execute(
+            "SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints"
+        ).fetchone()
+        (writes,) = conn.execute("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes").fetchone()
+    finally:
+        conn.close()
+    assert after <= kept + writes + 64 * 1024
+    assert after < report.files["checkpoints"]["before"]
+
+
+def test_finished_older_than_deletes_only_finished_threads_past_the_age(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A duration policy: the finished thread goes, the waiting one stays (with why)."""
+    sd = state_dir
+    with _agent(sd, services, "old") as agent:
+        _finish(agent, "old", 1)
+    with _agent(sd, services, "waiting", calls=2) as agent:
+        agent.start("go", thread_id="waiting")
+        young = agent.prune(
+            PrunePolicy(finished_older_than=timedelta(hours=1), **NO_LEDGER), dry_run=True
+        )
+        assert young.threads_deleted == []
+        report = agent.prune(PrunePolicy(finished_older_than=timedelta(0), **NO_LEDGER))
+        assert report.threads_deleted == ["old"]
+        assert "waiting" in report.threads_kept
+        assert agent.resume("waiting", decisions=APPROVE).status is RunStatus.WAITING_REVIEW
+
+
+def test_keep_last_on_a_long_thread_keeps_its_history(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """keep_last=1 on a thread past several snapshots: the history reads back whole.
+
+    The LangGraph recipe (keep only the latest checkpoint) would leave the
+    latest checkpoint without the deltas it replays: the history would read
+    back short.
+    """
+    sd = state_dir
+    with _agent(sd, services, "long", calls=12) as agent:
+        result = agent.start("go", thread_id="long")
+        for _ in range(11):
+            result = agent.resume("long", decisions=APPROVE)
+        assert result.status is RunStatus.WAITING_REVIEW
+        history = [m.id for m in agent.messages("long")]
+        rows = _checkpoint_rows(sd, "long")
+        report = agent.prune(PrunePolicy(keep_last=1, **NO_LEDGER))
+        assert report.checkpoints_removed > 0
+        assert _checkpoint_rows(sd, "long") < rows
+    with _agent(sd, services, "long", calls=12) as agent:
+        assert [m.id for m in agent.messages("long")] == history
+        assert agent.resume("long", decisions=APPROVE).status is RunStatus.DONE
+    assert len(_alerts(sd)) == 12
