@@ -24,6 +24,7 @@ from effectgate.ledger._model import (
     Operation,
     OpState,
     Receipt,
+    ThreadEvent,
     ThreadRecord,
     check_transition,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "StateCount",
     "StoreReader",
     "StoreTransaction",
+    "ThreadEvent",
     "ThreadRecord",
     "WriteOnce",
     "check_transition",
