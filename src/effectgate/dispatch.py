@@ -45,7 +45,7 @@ from effectgate.errors import (
     Rejected,
     ToolCallError,
 )
-from effectgate.ledger import Budget, Ledger, Operation, OpState, Receipt
+from effectgate.ledger import Budget, EventKind, Ledger, Operation, OpState, Receipt
 from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
 
 __all__ = [
@@ -686,12 +686,28 @@ class Dispatcher:
             "why": why or (op.error or "outcome unknown"),
             "effect_kind": spec.kind.value if spec is not None else None,
         }
+        late = self._late_results(op)
+        if late:
+            evidence["late_results"] = late
         return Outcome(
             status=DispatchStatus.NEEDS_RECONCILIATION,
             operation=op,
             message=f"outcome unknown; a human must reconcile: {evidence['why']}",
             evidence=evidence,
         )
+
+    def _late_results(self, op: Operation) -> list[dict[str, Any]]:
+        """What fenced-off attempts reported after recovery moved on (``record_result``).
+
+        Evidence for the human: a late "succeeded" with its result says the
+        effect probably happened, though the ledger could not take it as
+        the operation's outcome.
+        """
+        return [
+            {"attempt": e.detail.get("fenced_attempt"), "at": e.at.isoformat(), **e.detail}
+            for e in self.ledger.events(operation_id=op.operation_id)
+            if e.kind is EventKind.NOTE and "late_result" in e.detail
+        ]
 
     # ------------------------------------------------------- human verdicts
 
