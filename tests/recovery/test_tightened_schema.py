@@ -134,3 +134,54 @@ def test_a_started_operation_keeps_its_receipt_or_goes_to_a_human(tmp_path: Path
         op = ledger.get("t1:b")
         assert op is not None and op.state is OpState.NEEDS_RECONCILIATION
     assert CALLS == []  # neither called nor looked up with refused arguments
+
+
+SCRIPT = {
+    "name": "one-ticket",
+    "turns": [
+        {
+            "say": "opening",
+            "tool_calls": [
+                {"name": "create_ticket", "args": {"title": "a long title"}, "id": "c1"}
+            ],
+        }
+    ],
+    "final": "gave up",
+}
+
+
+class _Stop(Exception):
+    """Raised from the progress hook right after the review: the process stops there."""
+
+
+def _stop_after_review(update: object) -> None:
+    if isinstance(update, dict) and "review" in update:
+        raise _Stop
+
+
+def test_the_agent_answers_the_call_and_the_thread_goes_on(tmp_path: Path) -> None:
+    """End to end: approved under version 1 (the run stops right after the review's
+    checkpoint), resumed by an agent whose tool is version 2."""
+    from effectgate import open_agent
+    from effectgate.graph import RunStatus
+    from effectgate.models import ScriptedChatModel
+
+    CALLS.clear()
+    state = tmp_path / "state"
+    model = ScriptedChatModel.from_script(SCRIPT)
+    tools = [_spec(Loose, "1")]
+    with open_agent(state, model=model, tools=tools, on_event=_stop_after_review) as agent:
+        assert agent.start("open it", thread_id="t").status is RunStatus.WAITING_REVIEW
+        stopped = agent.resume("t", decisions={"decisions": [{"type": "approve"}]})
+        assert stopped.status is RunStatus.INCOMPLETE, stopped
+        (op,) = stopped.operations
+        assert (op.state, op.attempt, op.tool_version) == (OpState.APPROVED, 0, "1")
+
+    model = ScriptedChatModel.from_script(SCRIPT)
+    with open_agent(state, model=model, tools=[_spec(Tight, "2")]) as agent:
+        done = agent.resume("t")
+        assert (done.status, done.final_message) == (RunStatus.DONE, "gave up"), done
+        (op,) = done.operations
+        assert op.state is OpState.REJECTED and "no longer validate" in (op.error or "")
+        assert any("no longer validate" in str(m.content) for m in agent.messages("t"))
+    assert CALLS == []
