@@ -3,7 +3,7 @@
 LangGraph does not serialise runs per thread (two runs silently fork it) and
 several resume paths silently re-run nodes (langgraph-semantics §2, §11). The
 runner closes those gaps: it takes a per-thread lease in the ledger database,
-turns IN_FLIGHT rows of the thread into UNKNOWN, and then follows the
+turns abandoned IN_FLIGHT rows of the thread into UNKNOWN, and then follows the
 supervisor procedure of langgraph-semantics §12:
 
 - nothing checkpointed     -> start again from the recorded input;
