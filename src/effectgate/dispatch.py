@@ -11,7 +11,7 @@ without a human::
     op = ledger.get(op_id) or ledger.open(...)      # create-or-get
     intent differs?          -> CONFLICT (never reuse, never run)
     terminal?                -> the verified stored receipt, no call
-    IN_FLIGHT (abandoned)    -> UNKNOWN                    (DESIGN §3)
+    IN_FLIGHT (abandoned)    -> UNKNOWN
     IN_FLIGHT (live worker)  -> OperationBusyError (wait, never take it over)
     UNKNOWN                  -> recover by the tool's contract (DESIGN §4)
     NEEDS_RECONCILIATION     -> NEEDS_RECONCILIATION (the node asks a human)
@@ -193,8 +193,8 @@ class Dispatcher:
     def _tool_changed(self, call: EffectCall, why: str, detail: dict[str, Any]) -> Outcome | None:
         """Refuse a call approved under another tool version, if it has not started.
 
-        The approval names an intent that no longer exists (seed 004, tool
-        version change), and one operation id never changes its intent hash:
+        The approval names an intent that no longer exists (a new tool
+        version, a tightened schema), and one operation id never changes its intent hash:
         the old approval is refused (the operation ends REJECTED with ``why``,
         never left APPROVED without a path) and the call answered as not
         executed, so the model may propose it again. An operation that
@@ -520,8 +520,8 @@ class Dispatcher:
             return fresh
         # Ours and returned without its result recorded (the ledger was busy
         # right after the external commit), or another worker's that the
-        # ledger finds abandoned: the outcome is unknown, never "not done"
-        # (DESIGN §3). A live attempt of another worker raises
+        # ledger finds abandoned: the outcome is unknown, never "not done".
+        # A live attempt of another worker raises
         # OperationBusyError: nobody can know its outcome yet, and a human
         # verdict now could contradict what that worker records.
         if op.claimed_by == self.worker:

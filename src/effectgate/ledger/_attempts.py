@@ -353,7 +353,7 @@ class AttemptsMixin(ThreadsMixin):
         Call it on start-up, while holding the thread's lease. An attempt
         found IN_FLIGHT is recovered only when its worker can no longer be
         running it (``attempt_holder`` returns ``None``): its outcome is then
-        unknown, never "not done" (DESIGN §3), and the attempt count is kept.
+        unknown, never "not done", and the attempt count is kept.
         A live attempt (another thread's runner mid-request on a shared,
         business-keyed operation) is left alone: its worker records its own
         result, and whoever needs the operation waits for it. Attempts
