@@ -105,6 +105,14 @@ class Outcome:
     """For NEEDS_RECONCILIATION / NEEDS_REVIEW: what is known, for the human."""
 
 
+_CALLS: set[tuple[str, str, int]] = set()
+"""(worker, operation id, attempt) of every tool call this process is inside now.
+
+Per process, not per ``Dispatcher``: two dispatchers given one worker id
+must still see each other's calls as running.
+"""
+_CALLS_LOCK = threading.Lock()
+
 WaitHook = Callable[[Operation, float], None]
 """Called before a backoff wait with the operation and the seconds to wait."""
 
@@ -141,9 +149,6 @@ class Dispatcher:
         self.clock = clock or SystemClock()
         self.on_wait = on_wait
         self.default_budget = default_budget or Budget()
-        self._lock = threading.Lock()
-        self._calls: set[tuple[str, int]] = set()
-        """(operation id, attempt) of the tool calls this process is inside now."""
 
     # ------------------------------------------------------------------ entry
 
@@ -396,11 +401,11 @@ class Dispatcher:
                 if self.on_wait is not None:
                     self.on_wait(op, wait_s)
                 self.clock.sleep(wait_s)
-        key = (op.operation_id, op.attempt + 1)
-        with self._lock:
+        key = (self.worker, op.operation_id, op.attempt + 1)
+        with _CALLS_LOCK:
             # Marked before the claim commits, so a sibling never sees this
             # attempt IN_FLIGHT under this worker without it being marked.
-            self._calls.add(key)
+            _CALLS.add(key)
         try:
             try:
                 op = self.ledger.claim(
@@ -417,8 +422,8 @@ class Dispatcher:
             _failpoints.hit(Failpoint.AFTER_IN_FLIGHT_COMMIT, tool=spec.name)
             return self._call(call, spec, args, op)
         finally:
-            with self._lock:
-                self._calls.discard(key)
+            with _CALLS_LOCK:
+                _CALLS.discard(key)
 
     def _call(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
@@ -541,8 +546,8 @@ class Dispatcher:
 
     def _running(self, op: Operation) -> bool:
         """Whether this process is inside the tool call of ``op``'s current attempt."""
-        with self._lock:
-            return (op.operation_id, op.attempt) in self._calls
+        with _CALLS_LOCK:
+            return (self.worker, op.operation_id, op.attempt) in _CALLS
 
     def _recover_unknown(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
