@@ -231,3 +231,13 @@ def test_breaking_a_lease_that_does_not_exist_says_so(
     assert none.code == 2 and "holds no lease" in none.stderr
     unknown = eg("lease", "break", "--thread", "zz", "--reason", "stuck", "--state-dir", state)
     assert unknown.code == 2 and "unknown thread 'zz'" in unknown.stderr
+
+
+def test_a_lease_held_for_ever_names_the_command_that_breaks_it(
+    done: tuple[Path, EffectCall, Service],
+) -> None:
+    path, _, _ = done
+    _held(path, NEVER_MS)
+    with SqliteLedger(path) as ledger, pytest.raises(ThreadBusyError) as info:
+        ledger.acquire_lease("t1", "me", 30)
+    assert "effectgate lease break --thread t1 --reason TEXT" in str(info.value)
