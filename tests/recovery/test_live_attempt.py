@@ -26,7 +26,7 @@ from tests.recovery._kit import KEY, SCRIPT, wait_until, worker
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
-SLOW_S = 6.0
+SLOW_S = 10.0
 """How long the ticket service sits on thread B's create request, in seconds."""
 
 
