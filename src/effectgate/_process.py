@@ -6,12 +6,14 @@ compared with pids it can be compared with. Two containers that share a
 state directory and a host name, or a machine rebooted since, give different
 scopes: their pids say nothing about each other.
 
-``owner_is_gone`` is the only place that concludes a worker is dead. It is
-used twice, and both uses turn "dead" into action: the runner takes over a
-thread lease at once instead of waiting for it to expire, and dispatch
-trusts a lookup's "not found" as final for an attempt that worker started
-(the tool's contract). A worker that is merely silent (stopped with SIGSTOP or Ctrl-Z,
-a suspended laptop or VM, a long GC pause) is not gone: its attempt may
+``owner_is_gone`` is the only place that concludes a worker is dead. Each
+use turns "dead" into action: the runner takes over a thread lease at once
+instead of waiting for it to expire, recovery takes over an attempt in
+flight (``Ledger.attempt_holder``; otherwise only once the lease of the
+thread it ran for has lapsed), and dispatch trusts a lookup's "not found" as
+final for an attempt that worker started. A worker that is
+merely silent (stopped with SIGSTOP or Ctrl-Z, a suspended laptop or VM, a
+long GC pause) is not gone: its attempt may
 still complete, after its lease expired and another worker took the thread.
 Fencing by attempt number (the ledger refuses its late result) cannot stop
 that late effect; only not repeating the attempt can.

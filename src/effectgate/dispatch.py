@@ -11,7 +11,8 @@ without a human::
     op = ledger.get(op_id) or ledger.open(...)      # create-or-get
     intent differs?          -> CONFLICT (never reuse, never run)
     terminal?                -> the verified stored receipt, no call
-    IN_FLIGHT (dead owner)   -> UNKNOWN                    (never "not done")
+    IN_FLIGHT (abandoned)    -> UNKNOWN
+    IN_FLIGHT (live worker)  -> OperationBusyError (wait, never take it over)
     UNKNOWN                  -> recover by the tool's contract (its effect kind)
     NEEDS_RECONCILIATION     -> NEEDS_RECONCILIATION (the node asks a human)
     approval valid? budget? deadline? next_attempt_at? (else review / wait / fail)
@@ -24,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,12 +41,11 @@ from effectgate.errors import (
     DecisionError,
     IntentConflictError,
     NotAccepted,
-    OperationBusyError,
     OutcomeUnknown,
     Rejected,
     ToolCallError,
 )
-from effectgate.ledger import Budget, Ledger, Operation, OpState, Receipt
+from effectgate.ledger import Budget, EventKind, Ledger, Operation, OpState, Receipt
 from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
 
 __all__ = [
@@ -104,6 +105,14 @@ class Outcome:
     """For NEEDS_RECONCILIATION / NEEDS_REVIEW: what is known, for the human."""
 
 
+_CALLS: set[tuple[str, str, int]] = set()
+"""(worker, operation id, attempt) of every tool call this process is inside now.
+
+Per process, not per ``Dispatcher``: two dispatchers given one worker id
+must still see each other's calls as running.
+"""
+_CALLS_LOCK = threading.Lock()
+
 WaitHook = Callable[[Operation, float], None]
 """Called before a backoff wait with the operation and the seconds to wait."""
 
@@ -158,6 +167,8 @@ class Dispatcher:
 
         Raises:
             LedgerError: the ledger failed (busy, corrupt); nothing new committed.
+            OperationBusyError: the operation is in flight under another
+                worker that may still be running it; nothing was called.
             ClaimLostError: this worker's attempt was fenced off mid-call by a
                 worker that took the thread over.
         """
@@ -171,9 +182,11 @@ class Dispatcher:
         try:
             args = spec.normalize(call.args, tool_call_id=call.tool_call_id)
         except ToolCallError as exc:
-            return Outcome(status=DispatchStatus.FAILED, operation=None, message=str(exc))
+            return self._invalid_now(call, spec, exc)
         if spec.intent_hash(args) != call.intent_hash:
-            refused = self._tool_changed(call, spec.intent_hash(args))
+            detail = {"approved_intent_hash": call.intent_hash}
+            detail["current_intent_hash"] = spec.intent_hash(args)
+            refused = self._tool_changed(call, "the tool or its version changed", detail)
             if refused is not None:
                 return refused
         try:
@@ -182,35 +195,73 @@ class Dispatcher:
             return self._conflict(call, exc)
         return self._drive(call, spec, args, op)
 
-    def _tool_changed(self, call: EffectCall, current_hash: str) -> Outcome | None:
+    def _tool_changed(self, call: EffectCall, why: str, detail: dict[str, Any]) -> Outcome | None:
         """Refuse a call approved under another tool version, if it has not started.
 
-        The approval names an intent that no longer exists (the tool
-        version changed), and one operation id never changes its intent hash:
-        the old approval is refused and the call answered as not executed, so
-        the model may propose it again. An operation that already started
-        under the old version is driven on as usual (``None``): its effect may
-        have happened, and its stored receipt or recovery still apply.
+        The approval names an intent that no longer exists (a new tool
+        version, a tightened schema), and one operation id never changes its intent hash:
+        the old approval is refused (the operation ends REJECTED with ``why``,
+        never left APPROVED without a path) and the call answered as not
+        executed, so the model may propose it again. An operation that
+        already started under the old version is driven on as usual
+        (``None``): its effect may have happened, and its stored receipt or
+        recovery still apply.
         """
         op = self.ledger.get(call.operation_id)
         if op is not None and op.state not in (OpState.PROPOSED, OpState.APPROVED):
             return None
-        detail = {"approved_intent_hash": call.intent_hash, "current_intent_hash": current_hash}
         if op is not None:
             op = self.ledger.transition(
                 op.operation_id,
                 src=op.state,
                 dst=OpState.REJECTED,
-                error="tool changed after approval",
+                error=f"{why} after approval",
                 detail=detail,
             )
         return Outcome(
             status=DispatchStatus.FAILED,
             operation=op,
-            message="not executed: the tool or its version changed since the approval; "
-            "propose the call again",
+            message=f"not executed: {why} since the approval; propose the call again",
             evidence=detail,
         )
+
+    def _invalid_now(self, call: EffectCall, spec: ToolSpec, exc: ToolCallError) -> Outcome:
+        """Answer a reviewed call whose arguments the current tool no longer accepts.
+
+        The schema was tightened after the review (a limit lowered, a version
+        bumped). Not started: the approval is void, the operation ends
+        REJECTED with the reason (``_tool_changed``). Started: what the
+        ledger knows still holds (a receipt is returned, a live attempt is
+        waited for), but nothing is called or looked up with arguments the
+        tool refuses: an open outcome goes to a human with the reason.
+        """
+        why = f"the arguments no longer validate under {spec.name} version {spec.version} ({exc})"
+        refused = self._tool_changed(call, why, {"reason": why})
+        if refused is not None:
+            return refused
+        op = self.ledger.get(call.operation_id)
+        assert op is not None  # _tool_changed answers for a missing operation
+        while True:
+            if op.state in (OpState.SUCCEEDED, OpState.FAILED, OpState.REJECTED):
+                step = self._step(call, spec, None, op)
+            elif op.state is OpState.IN_FLIGHT:
+                step = self._in_flight(op, call)
+            elif op.state is OpState.RETRY_WAIT:
+                # No retry with refused arguments: known not applied ends
+                # FAILED, an earlier attempt that may have applied goes to a human.
+                maybe = self._maybe_applied(op)
+                step = self.ledger.transition(
+                    op.operation_id,
+                    src=OpState.RETRY_WAIT,
+                    dst=OpState.NEEDS_RECONCILIATION if maybe else OpState.FAILED,
+                    error=why,
+                    detail={"reason": why},
+                )
+            else:  # UNKNOWN, NEEDS_RECONCILIATION
+                return self._park(op, spec, why)
+            if isinstance(step, Outcome):
+                return step
+            op = step
 
     def _open(self, call: EffectCall, spec: ToolSpec, args: Any) -> Operation:
         op = self.ledger.get(call.operation_id)
@@ -350,15 +401,29 @@ class Dispatcher:
                 if self.on_wait is not None:
                     self.on_wait(op, wait_s)
                 self.clock.sleep(wait_s)
+        key = (self.worker, op.operation_id, op.attempt + 1)
+        with _CALLS_LOCK:
+            # Marked before the claim commits, so a sibling never sees this
+            # attempt IN_FLIGHT under this worker without it being marked.
+            _CALLS.add(key)
         try:
-            op = self.ledger.claim(op.operation_id, attempt=op.attempt + 1, worker=self.worker)
-        except ClaimLostError:
-            # Another worker claimed it first; re-read and follow its state.
-            fresh = self.ledger.get(op.operation_id)
-            assert fresh is not None
-            return fresh
-        _failpoints.hit(Failpoint.AFTER_IN_FLIGHT_COMMIT, tool=spec.name)
-        return self._call(call, spec, args, op)
+            try:
+                op = self.ledger.claim(
+                    op.operation_id,
+                    attempt=op.attempt + 1,
+                    worker=self.worker,
+                    thread_id=call.thread_id,
+                )
+            except ClaimLostError:
+                # Another worker claimed it first; re-read and follow its state.
+                fresh = self.ledger.get(op.operation_id)
+                assert fresh is not None
+                return fresh
+            _failpoints.hit(Failpoint.AFTER_IN_FLIGHT_COMMIT, tool=spec.name)
+            return self._call(call, spec, args, op)
+        finally:
+            with _CALLS_LOCK:
+                _CALLS.discard(key)
 
     def _call(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
@@ -452,53 +517,37 @@ class Dispatcher:
     # --------------------------------------------------------------- recovery
 
     def _in_flight(self, op: Operation, call: EffectCall) -> Operation | Outcome:
-        if op.claimed_by == self.worker:
-            # A sibling task of this very process holds the attempt; wait for it.
+        if op.claimed_by == self.worker and self._running(op):
+            # A sibling task of this very process is running the attempt; wait for it.
             self.clock.sleep(0.05)
             fresh = self.ledger.get(op.operation_id)
             assert fresh is not None
             return fresh
-        if op.thread_id == call.thread_id:
-            # The runner holds this thread's lease, so whoever claimed an attempt
-            # of this thread's operation is gone (or fenced off): the outcome is
-            # unknown, never "not done".
-            return self.ledger.transition(
-                op.operation_id,
-                src=OpState.IN_FLIGHT,
-                dst=OpState.UNKNOWN,
-                detail={
-                    "reason": "found IN_FLIGHT under a worker that no longer holds "
-                    f"the thread ({op.claimed_by})"
-                },
+        # Ours and returned without its result recorded (the ledger was busy
+        # right after the external commit), or another worker's that the
+        # ledger finds abandoned: the outcome is unknown, never "not done".
+        # A live attempt of another worker raises
+        # OperationBusyError: nobody can know its outcome yet, and a human
+        # verdict now could contradict what that worker records.
+        if op.claimed_by == self.worker:
+            reason = "this worker's call returned but its result was not recorded"
+        else:
+            reason = f"found IN_FLIGHT under worker {op.claimed_by}, which no longer runs it"
+        try:
+            return self.ledger.recover_attempt(
+                op.operation_id, attempt=op.attempt, worker=self.worker, reason=reason
             )
-        if op.claimed_by is not None and owner_is_gone(op.claimed_by):
-            # A keyed operation another thread started, whose process has ended
-            # (kill -9 there). Waiting for that thread to be resumed would stall
-            # this one for nothing: recover it here. A recovery racing from the
-            # other thread's own runner loses the compare-and-set and re-reads.
-            try:
-                return self.ledger.transition(
-                    op.operation_id,
-                    src=OpState.IN_FLIGHT,
-                    dst=OpState.UNKNOWN,
-                    detail={
-                        "reason": f"found IN_FLIGHT under worker {op.claimed_by} of thread "
-                        f"{op.thread_id}, whose process has ended"
-                    },
-                )
-            except ClaimLostError:
-                fresh = self.ledger.get(op.operation_id)
-                assert fresh is not None
-                return fresh
-        # Its worker may still be running it: nobody can know the outcome yet,
-        # and a human verdict now could contradict what that worker records.
-        raise OperationBusyError(
-            f"operation {op.operation_id!r} ({op.tool}) is in flight in thread "
-            f"{op.thread_id!r} under worker {op.claimed_by}, which may still be running: "
-            f"wait for it, then resume this thread (if that process is gone for good, "
-            f"resume thread {op.thread_id!r} first)",
-            operation_id=op.operation_id,
-        )
+        except ClaimLostError:
+            # It moved on meanwhile (its worker recorded a result, or another
+            # recovery won): follow its state.
+            fresh = self.ledger.get(op.operation_id)
+            assert fresh is not None
+            return fresh
+
+    def _running(self, op: Operation) -> bool:
+        """Whether this process is inside the tool call of ``op``'s current attempt."""
+        with _CALLS_LOCK:
+            return (self.worker, op.operation_id, op.attempt) in _CALLS
 
     def _recover_unknown(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
@@ -642,12 +691,28 @@ class Dispatcher:
             "why": why or (op.error or "outcome unknown"),
             "effect_kind": spec.kind.value if spec is not None else None,
         }
+        late = self._late_results(op)
+        if late:
+            evidence["late_results"] = late
         return Outcome(
             status=DispatchStatus.NEEDS_RECONCILIATION,
             operation=op,
             message=f"outcome unknown; a human must reconcile: {evidence['why']}",
             evidence=evidence,
         )
+
+    def _late_results(self, op: Operation) -> list[dict[str, Any]]:
+        """What fenced-off attempts reported after recovery moved on (``record_result``).
+
+        Evidence for the human: a late "succeeded" with its result says the
+        effect probably happened, though the ledger could not take it as
+        the operation's outcome.
+        """
+        return [
+            {"attempt": e.detail.get("fenced_attempt"), "at": e.at.isoformat(), **e.detail}
+            for e in self.ledger.events(operation_id=op.operation_id)
+            if e.kind is EventKind.NOTE and "late_result" in e.detail
+        ]
 
     # ------------------------------------------------------- human verdicts
 

@@ -170,9 +170,15 @@ class ThreadBusyError(EffectgateError):
         self.thread_id = thread_id
         self.owner = owner
         self.expires_in_s = expires_in_s
+        hint = (
+            f"; if that holder will not come back, 'effectgate lease break --thread "
+            f"{thread_id} --reason TEXT' frees the thread"
+            if expires_in_s > 3600
+            else ""
+        )
         super().__init__(
             f"thread {thread_id!r} is busy: held by {owner} "
-            f"(lease expires in {expires_in_s:.1f} s unless renewed)"
+            f"(lease expires in {expires_in_s:.1f} s unless renewed){hint}"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:

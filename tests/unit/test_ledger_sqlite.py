@@ -244,6 +244,7 @@ def test_a_v1_ledger_is_migrated_to_v2_and_keeps_its_rows(tmp_path: Path) -> Non
         ledger.record_review([make_request("op-1")], [])
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX operations_by_intent")
+    conn.execute("DROP TABLE thread_events")  # schema v4
     conn.execute("DELETE FROM schema_version WHERE version >= 2")
     _undo_v3(conn)
     conn.commit()

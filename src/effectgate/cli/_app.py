@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from effectgate.cli import _inspect
+from effectgate.cli import _inspect, _lease
 from effectgate.cli._exit import EXIT_CODE_HELP
 from effectgate.cli._output import DEFAULT_STATE_DIR, Output, handled
 from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_resume, run_task
@@ -47,6 +47,8 @@ app = typer.Typer(
 )
 ledger_app = typer.Typer(help="Inspect the operation ledger.", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
+lease_app = typer.Typer(help="Thread leases (one live runner per thread).", no_args_is_help=True)
+app.add_typer(lease_app, name="lease")
 
 StateDirOpt = Annotated[
     Path,
@@ -546,5 +548,31 @@ def worker(
             approve=approve.value if approve else None,
             until_idle=until_idle,
             lease_ttl_s=lease_ttl,
+        )
+    raise typer.Exit(code)
+
+
+@lease_app.command("break", epilog=EXIT_CODE_HELP)
+def lease_break(
+    *,
+    thread: Annotated[str, typer.Option("--thread", callback=_id_flag, help="The thread.")],
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why (required; kept in the ledger's audit trail).")
+    ],
+    by: Annotated[
+        str | None, typer.Option("--by", help="Who breaks it (default: your user name).")
+    ] = None,
+    state_dir: StateDirOpt = _DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Break a thread's lease that its holder will not give up; audited.
+
+    For a holder on another host or in another container, or a damaged
+    expiry (year 9999). Who, when and why are kept in the ledger.
+    """
+    output = Output(json_mode=json_out)
+    with handled(output, thread_id=thread):
+        code = _lease.lease_break(
+            state_dir, output, thread_id=thread, reason=reason, by=_reviewer(by)
         )
     raise typer.Exit(code)

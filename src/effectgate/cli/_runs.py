@@ -323,6 +323,8 @@ def report(
     result = driven.result
     code = _exit_code(driven)
     external = external_counts(sd.services, sd.workspace)
+    for note in result.notes:  # e.g. a lease release that failed
+        output.note(note)
     if STOPPER.requested:
         output.note(f"{STOPPER.reason}: the command ends with exit 5")
     if output.json_mode:

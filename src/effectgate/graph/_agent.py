@@ -3,7 +3,7 @@
 LangGraph does not serialise runs per thread (two runs silently fork it) and
 several resume paths silently re-run nodes (docs/architecture.md, "The runner"). The
 runner closes those gaps: it takes a per-thread lease in the ledger database,
-turns IN_FLIGHT rows of the thread into UNKNOWN, and then follows the
+turns abandoned IN_FLIGHT rows of the thread into UNKNOWN, and then follows the
 supervisor procedure of docs/architecture.md, "The runner":
 
 - nothing checkpointed     -> start again from the recorded input;
@@ -40,7 +40,7 @@ from effectgate._clock import Clock
 from effectgate._process import new_worker_id, owner_is_gone
 from effectgate._recent import Recent
 from effectgate.dispatch import Verdict, validate_verdict
-from effectgate.errors import ConfigError, DecisionError, ThreadBusyError
+from effectgate.errors import ConfigError, DecisionError, LedgerError, ThreadBusyError
 from effectgate.graph._build import AgentParts, build_agent
 from effectgate.graph._policy import Policy
 from effectgate.graph._saver import StepDurableSaver
@@ -95,6 +95,9 @@ class RunResult:
     this agent has seen the thread's messages and interrupts: not in
     ``operations``. A key still in flight under another thread's live worker
     is named by the ``OperationBusyError`` in ``error`` instead."""
+    notes: list[str] = field(default_factory=list)
+    """Things that went wrong around the run without changing its outcome, e.g.
+    the thread lease could not be released (it then expires by itself)."""
 
 
 EventHook = Callable[[Mapping[str, Any]], None]
@@ -210,10 +213,12 @@ class Agent:
         # Look before taking the lease: a late starter that only has to say
         # "already exists" must not hold the thread while its runner wants it back.
         self._refuse_existing(thread_id)
-        with self._lease(thread_id):
+        notes: list[str] = []
+        with self._lease(thread_id, notes):
             refuse_deleted(self.ledger, thread_id)
             self._refuse_existing(thread_id)
-            return self._with_shared(self._run(thread_id, {"messages": [HumanMessage(task)]}))
+            result = self._with_shared(self._run(thread_id, {"messages": [HumanMessage(task)]}))
+        return _noted(result, notes)
 
     def _refuse_existing(self, thread_id: str) -> None:
         if self.graph.get_state(self._config(thread_id)).metadata is not None:
@@ -245,8 +250,10 @@ class Agent:
             DecisionError: an answer has the wrong shape; nothing ran.
             ThreadBusyError: another live runner holds the thread.
         """
-        with self._lease(thread_id):
-            return self._with_shared(self._resume(thread_id, decisions, verdicts))
+        notes: list[str] = []
+        with self._lease(thread_id, notes):
+            result = self._with_shared(self._resume(thread_id, decisions, verdicts))
+        return _noted(result, notes)
 
     def _resume(
         self,
@@ -254,9 +261,11 @@ class Agent:
         decisions: Mapping[str, Any] | None,
         verdicts: Mapping[str, Verdict] | None,
     ) -> RunResult:
-        # Runs under the thread's lease (``resume``).
+        # Runs under the thread's lease (``resume``). Live attempts (another
+        # thread's runner mid-request on a shared key) and this agent's own
+        # are left alone: dispatch waits for them or recovers them.
         refuse_deleted(self.ledger, thread_id)
-        self.ledger.recover_in_flight(thread_id=thread_id)
+        self.ledger.recover_in_flight(thread_id=thread_id, worker=self.worker)
         _check_answers_shape(decisions, verdicts)
         stop = self._stops.pop(thread_id, None)
         if stop is not None and stop.head == self._head(thread_id):
@@ -296,11 +305,13 @@ class Agent:
         reaches goes through review and the ledger again, so nothing that
         succeeded is executed twice.
         """
-        with self._lease(thread_id):
+        notes: list[str] = []
+        with self._lease(thread_id, notes):
             refuse_deleted(self.ledger, thread_id)
             config = self._config(thread_id)
             config["configurable"]["checkpoint_id"] = checkpoint_id
-            return self._with_shared(self._run(thread_id, None, config=config))
+            result = self._with_shared(self._run(thread_id, None, config=config))
+        return _noted(result, notes)
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""
@@ -621,7 +632,13 @@ class Agent:
         return dict(verdict)
 
     @contextmanager
-    def _lease(self, thread_id: str) -> Iterator[Lease]:
+    def _lease(self, thread_id: str, notes: list[str]) -> Iterator[Lease]:
+        """Hold ``thread_id``'s lease for the block; a failed release becomes a note.
+
+        The run's own result (or exception) is what the caller gets: a
+        release that fails (the ledger stayed locked) must not replace it.
+        The lease is then no longer renewed and expires by itself.
+        """
         waited = 0.0
         pause = 0.005
         while True:
@@ -647,7 +664,13 @@ class Agent:
         try:
             yield lease
         finally:
-            self._keeper.release(thread_id)
+            try:
+                self._keeper.release(thread_id)
+            except LedgerError as exc:
+                notes.append(
+                    f"the lease of thread {thread_id!r} could not be released ({exc}); "
+                    f"it expires by itself within {self.lease_ttl_s:g} s"
+                )
 
     def _run(
         self, thread_id: str, value: Any, *, config: RunnableConfig | None = None
@@ -704,6 +727,10 @@ class Agent:
                 error=error,
             )
         return result
+
+
+def _noted(result: RunResult, notes: list[str]) -> RunResult:
+    return replace(result, notes=[*result.notes, *notes]) if notes else result
 
 
 def _operation_ids(messages: Sequence[Any]) -> frozenset[str]:

@@ -27,6 +27,7 @@ from effectgate.ledger._model import (
     Operation,
     OpState,
     Receipt,
+    ThreadEvent,
     ThreadRecord,
     check_transition,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "StateCount",
     "StoreReader",
     "StoreTransaction",
+    "ThreadEvent",
     "ThreadRecord",
     "WriteOnce",
     "check_transition",

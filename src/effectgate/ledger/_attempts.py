@@ -15,9 +15,16 @@ from typing import Any
 
 from effectgate._clock import to_seconds
 from effectgate._intent import intent_hash as compute_intent_hash
-from effectgate.errors import ClaimLostError, LedgerCorruptError
+from effectgate._process import owner_is_gone
+from effectgate.errors import ClaimLostError, LedgerCorruptError, OperationBusyError
 from effectgate.ledger._backoff import full_jitter_delay
-from effectgate.ledger._model import EventKind, Operation, OpState, Receipt, check_transition
+from effectgate.ledger._model import (
+    EventKind,
+    Operation,
+    OpState,
+    Receipt,
+    check_transition,
+)
 from effectgate.ledger._store import Change, Expect, NewEvent, StoreReader, StoreTransaction
 from effectgate.ledger._threads import ThreadsMixin
 
@@ -27,10 +34,56 @@ _S = OpState
 _CLAIMABLE = frozenset({_S.APPROVED, _S.RETRY_WAIT})
 _RESULT_STATES = frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT, _S.UNKNOWN})
 _RECOVERED = {"reason": "found IN_FLIGHT on recovery"}
+_BEFORE_ANY_ATTEMPT = frozenset({_S.PROPOSED, _S.APPROVED, _S.REJECTED})
+"""States an operation only holds before its first attempt: attempt 0."""
+_AFTER_AN_ATTEMPT = frozenset(
+    {_S.IN_FLIGHT, _S.SUCCEEDED, _S.RETRY_WAIT, _S.UNKNOWN, _S.NEEDS_RECONCILIATION}
+)
+"""States an operation only reaches through a claim: attempt >= 1."""
+
+
+def _damage(op: Operation) -> str | None:
+    """What makes a decoded row impossible under the transition table, or ``None``.
+
+    Each column may be valid on its own while the row as a whole could never
+    have been written by the protocol (an edited or half-restored file): a
+    SUCCEEDED row without a receipt, a receipt on an APPROVED row (which
+    would be dispatched again), an attempt count that no claim produced.
+    """
+    state, attempt, receipt = op.state, op.attempt, op.receipt
+    if state is _S.SUCCEEDED and receipt is None:
+        return "state SUCCEEDED without a receipt"
+    if receipt is not None and state is not _S.SUCCEEDED:
+        return f"state {state.value} carries a receipt; only SUCCEEDED does"
+    if attempt > op.budget.max_attempts:
+        return f"attempt {attempt} exceeds the budget's max_attempts {op.budget.max_attempts}"
+    if state in _BEFORE_ANY_ATTEMPT and attempt != 0:
+        return f"state {state.value} at attempt {attempt}: it is only held before any attempt"
+    if state in _AFTER_AN_ATTEMPT and attempt == 0:
+        return f"state {state.value} at attempt 0: it is only reached through a claimed attempt"
+    if receipt is not None and receipt.attempt > attempt:
+        return f"receipt of attempt {receipt.attempt}, but only {attempt} attempt(s) started"
+    if state is _S.IN_FLIGHT and not op.claimed_by:
+        return "state IN_FLIGHT without the worker that claimed it"
+    return None
 
 
 def verified(op: Operation) -> Operation:
-    """Re-check a loaded row's identity: its intent hash and its receipt's."""
+    """Re-check a loaded row: its intent hash, its receipt's identity, its state's consistency.
+
+    Args:
+        op: an operation as a store decoded it.
+
+    Returns:
+        ``op`` itself.
+
+    Raises:
+        LedgerCorruptError: the intent hash does not match the stored tool and
+            arguments, the receipt belongs to another operation, or the row
+            is impossible under the transition table (see ``_damage``). The
+            message names the operation and says what is wrong; nothing is
+            dispatched from such a row.
+    """
     oid = op.operation_id
     try:
         expected = compute_intent_hash(op.tool, op.tool_version, op.args)
@@ -51,6 +104,9 @@ def verified(op: Operation) -> Operation:
             f"{receipt.intent_hash[:12]}…, not to this operation",
             operation_id=oid,
         )
+    damage = _damage(op)
+    if damage is not None:
+        raise LedgerCorruptError(f"damaged row: {damage}", operation_id=oid)
     return op
 
 
@@ -91,7 +147,9 @@ class AttemptsMixin(ThreadsMixin):
 
     _rng: random.Random
 
-    def claim(self, operation_id: str, *, attempt: int, worker: str) -> Operation:
+    def claim(
+        self, operation_id: str, *, attempt: int, worker: str, thread_id: str | None = None
+    ) -> Operation:
         """Claim attempt ``attempt`` by compare-and-set, committed durably before return.
 
         Succeeds only if the operation is APPROVED or RETRY_WAIT with
@@ -104,6 +162,10 @@ class AttemptsMixin(ThreadsMixin):
             operation_id: the operation.
             attempt: the attempt to start, 1-based; the fencing token of this attempt.
             worker: who runs it, kept in ``claimed_by`` and the event.
+            thread_id: the thread whose run makes the attempt, when it is not the
+                operation's own (a business-keyed operation shared by threads);
+                kept in the event. Recovery reads that thread's lease to tell a
+                live attempt from an abandoned one (``recover_in_flight``).
 
         Returns:
             The operation, IN_FLIGHT.
@@ -128,6 +190,8 @@ class AttemptsMixin(ThreadsMixin):
             src, op = done
             op = verified(op)
             facts = {"worker": worker}
+            if thread_id is not None and thread_id != op.thread_id:
+                facts["thread_id"] = thread_id
             self._event(tx, op, EventKind.TRANSITION, now, facts, src=src, dst=_S.IN_FLIGHT)
         return op
 
@@ -159,7 +223,10 @@ class AttemptsMixin(ThreadsMixin):
         """Record how attempt ``attempt`` ended, committed durably before return.
 
         Fenced: accepted only while the operation is IN_FLIGHT with exactly
-        this attempt, so a stale attempt's late answer is refused.
+        this attempt, so a stale attempt's late answer is refused. The refused
+        answer is not thrown away: a ``note`` event with ``late_result`` (the
+        state it reported), ``fenced_attempt``, its error and its result is
+        committed, as evidence for whoever reconciles the operation.
 
         Args:
             operation_id: the operation.
@@ -175,7 +242,8 @@ class AttemptsMixin(ThreadsMixin):
             The operation in ``state``.
 
         Raises:
-            ClaimLostError: the operation is not IN_FLIGHT with this attempt.
+            ClaimLostError: the operation is not IN_FLIGHT with this attempt
+                (the late answer is kept as a ``note`` event).
             ValueError: ``state`` is not an outcome, or the receipt is missing,
                 misplaced or for another operation.
             LedgerCorruptError: the receipt's intent hash is not the operation's.
@@ -198,9 +266,21 @@ class AttemptsMixin(ThreadsMixin):
             next_attempt_at=next_attempt_at,
         )
         facts = _detail(detail, error=error, next_attempt_at=next_attempt_at, receipt=receipt)
+        lost: ClaimLostError | None = None
         with self._store.transaction() as tx:
-            op = self._cas(tx, operation_id, expect, change, facts, attempt=attempt)
-        return op
+            try:
+                return self._cas(tx, operation_id, expect, change, facts, attempt=attempt)
+            except ClaimLostError as exc:
+                # Fenced off: the attempt may still have acted. Its answer is
+                # evidence for whoever settles the operation, never its state.
+                lost = exc
+                late = {**facts, "late_result": state.value, "fenced_attempt": attempt}
+                if receipt is not None:
+                    late["result"] = receipt.result
+                cur = self._require(tx, operation_id)
+                self._event(tx, cur, EventKind.NOTE, now, late)
+        assert lost is not None
+        raise lost
 
     def transition(
         self,
@@ -265,20 +345,30 @@ class AttemptsMixin(ThreadsMixin):
             operation_id, src=_S.APPROVED, dst=_S.PROPOSED, detail={"reason": reason}
         )
 
-    def recover_in_flight(self, *, thread_id: str | None = None) -> builtins.list[Operation]:
-        """Turn every IN_FLIGHT operation (of one thread, or all) into UNKNOWN.
+    def recover_in_flight(
+        self, *, thread_id: str | None = None, worker: str | None = None
+    ) -> builtins.list[Operation]:
+        """Turn every abandoned IN_FLIGHT attempt (of one thread, or all) into UNKNOWN.
 
-        Call it on start-up, while holding the thread's lease: an attempt
-        found IN_FLIGHT belonged to a process that is gone, so its outcome is
-        unknown, never "not done". The attempt count is kept. One
-        durable transaction; it reads only IN_FLIGHT rows (a partial index),
-        so its cost does not grow with the ledger.
+        Call it on start-up, while holding the thread's lease. An attempt
+        found IN_FLIGHT is recovered only when its worker can no longer be
+        running it (``attempt_holder`` returns ``None``): its outcome is then
+        unknown, never "not done", and the attempt count is kept.
+        A live attempt (another thread's runner mid-request on a shared,
+        business-keyed operation) is left alone: its worker records its own
+        result, and whoever needs the operation waits for it. Attempts
+        ``worker`` claimed itself are left to the caller, which alone knows
+        whether its own calls returned. One durable transaction; it reads
+        only IN_FLIGHT rows (a partial index), so its cost does not grow with
+        the ledger.
 
         Args:
             thread_id: only this thread's operations; ``None`` for all.
+            worker: the caller's worker id (the holder of ``thread_id``'s
+                lease), or ``None`` for a caller that is no worker.
 
         Returns:
-            The recovered operations, now UNKNOWN.
+            The recovered operations, now UNKNOWN; live attempts are not in it.
         """
         # Read first: nearly always nothing is IN_FLIGHT, and an empty write
         # transaction would still cost a durable commit on every resume.
@@ -288,11 +378,108 @@ class AttemptsMixin(ThreadsMixin):
         now = self._now()
         recovered: builtins.list[Operation] = []
         with self._store.transaction() as tx:
-            for op in tx.list_operations(thread_id=thread_id, states=[_S.IN_FLIGHT]):
+            for found in tx.list_operations(thread_id=thread_id, states=[_S.IN_FLIGHT]):
+                op = verified(found)
+                if op.claimed_by == worker and worker is not None:
+                    continue
+                if self._holder(tx, op, worker, now) is not None:
+                    continue
                 expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=op.attempt)
                 change = Change(state=_S.UNKNOWN, updated_at=now)
                 recovered.append(self._cas(tx, op.operation_id, expect, change, dict(_RECOVERED)))
         return recovered
+
+    def attempt_holder(self, op: Operation, *, worker: str | None = None) -> str | None:
+        """Say who may still be running ``op``'s IN_FLIGHT attempt, or ``None`` if nobody can.
+
+        The one rule recovery follows (``recover_in_flight``, ``recover_attempt``).
+        The attempt's worker ``W`` ran it for thread ``T`` (the claim's
+        ``thread_id``, else the operation's). It is abandoned when ``W`` is
+        proven gone (``effectgate._process.owner_is_gone``), or ``T``'s lease
+        is absent or expired (no live runner holds ``T``), or ``worker`` (the
+        caller) holds ``T``'s lease now: it took ``T`` over from ``W``, which
+        fencing has cut off. While ``W`` holds ``T``'s lease, or a third
+        runner does (whose own start-up recovery settles the attempt), the
+        attempt is live. A worker that is only silent (stopped, suspended)
+        is not gone: once its lease expired its attempt is taken as
+        abandoned, but its outcome stays unknown (see ``_process``).
+
+        Args:
+            op: the operation, IN_FLIGHT.
+            worker: the caller's worker id, or ``None``.
+
+        Returns:
+            A sentence naming the live holder, or ``None`` when the attempt is
+            abandoned (or ``op`` is no longer IN_FLIGHT).
+        """
+        with self._store.read() as r:
+            cur = r.get_operation(op.operation_id)
+            if cur is None or cur.state is not _S.IN_FLIGHT or cur.attempt != op.attempt:
+                return None
+            return self._holder(r, verified(cur), worker, self._now())
+
+    def _holder(
+        self, r: StoreReader, op: Operation, worker: str | None, now: datetime
+    ) -> str | None:
+        claimer = op.claimed_by
+        if not claimer or owner_is_gone(claimer):
+            return None
+        thread = _claim_thread(r, op)
+        lease = r.get_lease(thread)
+        if lease is None or lease.expires_at <= now:
+            return None
+        if lease.owner == claimer:
+            return (
+                f"operation {op.operation_id!r} ({op.tool}) is in flight in thread {thread!r} "
+                f"under worker {claimer}, which holds that thread and may still be running"
+            )
+        if worker is not None and lease.owner == worker:
+            return None
+        return (
+            f"operation {op.operation_id!r} ({op.tool}) is in flight in thread {thread!r} "
+            f"under worker {claimer}, which may still be running; thread {thread!r} is now "
+            f"held by {lease.owner}, whose recovery settles it"
+        )
+
+    def recover_attempt(
+        self, operation_id: str, *, attempt: int, worker: str, reason: str
+    ) -> Operation:
+        """Turn one abandoned IN_FLIGHT attempt into UNKNOWN, or refuse a live one.
+
+        For a dispatcher that meets an IN_FLIGHT operation it needs. The check
+        (``attempt_holder``) and the compare-and-set on the attempt are one
+        transaction, so a claim or a result landing in between is never
+        overwritten. An attempt ``worker`` claimed itself counts as over: the
+        caller must pass only attempts whose call has returned (or never
+        started) in its own process.
+
+        Args:
+            operation_id: the operation.
+            attempt: the IN_FLIGHT attempt the caller saw (the fencing token).
+            worker: the caller's worker id.
+            reason: why, for the event.
+
+        Returns:
+            The operation, now UNKNOWN.
+
+        Raises:
+            OperationBusyError: the attempt is live (its message says where).
+            ClaimLostError: the operation is no longer IN_FLIGHT with ``attempt``.
+            KeyError: there is no such operation.
+        """
+        now = self._now()
+        with self._store.transaction() as tx:
+            op = self._require(tx, operation_id)
+            if op.state is _S.IN_FLIGHT and op.attempt == attempt and op.claimed_by != worker:
+                holder = self._holder(tx, op, worker, now)
+                if holder is not None:
+                    raise OperationBusyError(
+                        f"{holder}: wait for it, then resume this thread",
+                        operation_id=operation_id,
+                    )
+            expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=attempt)
+            change = Change(state=_S.UNKNOWN, updated_at=now)
+            return self._cas(tx, operation_id, expect, change, {"reason": reason}, attempt=attempt)
 
     def verified_receipt(self, op: Operation) -> Receipt:
         """Hand out an operation's stored receipt after re-checking its identity.
@@ -416,3 +603,12 @@ class AttemptsMixin(ThreadsMixin):
         if op is None:
             raise KeyError(f"no operation {operation_id!r} in the ledger")
         return verified(op)
+
+
+def _claim_thread(r: StoreReader, op: Operation) -> str:
+    """The thread whose run claimed ``op``'s current attempt (see ``claim``)."""
+    for event in reversed(r.events(operation_id=op.operation_id)):
+        if event.dst is _S.IN_FLIGHT and event.attempt == op.attempt:
+            named = event.detail.get("thread_id")
+            return named if isinstance(named, str) else op.thread_id
+    return op.thread_id

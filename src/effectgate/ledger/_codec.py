@@ -25,6 +25,7 @@ from effectgate.ledger._model import (
     Operation,
     OpState,
     Receipt,
+    ThreadEvent,
     ThreadRecord,
 )
 from effectgate.ledger._store import NewEvent
@@ -38,6 +39,7 @@ __all__ = [
     "event_from_row",
     "event_to_row",
     "from_ms",
+    "lease_expiry_range",
     "lease_from_row",
     "ms_or_none",
     "operation_from_row",
@@ -45,6 +47,8 @@ __all__ = [
     "receipt_from_json",
     "receipt_json",
     "state_or_corrupt",
+    "thread_event_from_row",
+    "thread_event_to_row",
     "thread_from_row",
     "thread_to_row",
     "to_ms",
@@ -364,11 +368,92 @@ def thread_from_row(row: Row) -> ThreadRecord:
     )
 
 
+_MAX_TIME = datetime.max.replace(tzinfo=UTC)
+_MIN_TIME = datetime.min.replace(tzinfo=UTC)
+_MAX_MS = to_ms(_MAX_TIME)
+_MIN_MS = to_ms(_MIN_TIME)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _lease_expiry(value: Any) -> datetime:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected integer milliseconds, got {type(value).__name__}")
+    if value > _MAX_MS:
+        return _MAX_TIME  # "never expires": held, and breakable by hand
+    if value < _MIN_MS:
+        return _MIN_TIME
+    return from_ms(value)
+
+
+def lease_expiry_range(expires_at: datetime) -> tuple[int, int]:
+    """The stored ``expires_at_ms`` values that read back as ``expires_at`` (inclusive).
+
+    One value, except at the ends of ``datetime``'s range, where every
+    larger (smaller) stored value reads as ``datetime.max`` (``min``). A
+    compare-and-set on a lease compares with this range.
+    """
+    ms = to_ms(expires_at)
+    if ms >= _MAX_MS:
+        return ms, _INT64[1]
+    if ms <= _MIN_MS:
+        return _INT64[0], ms
+    return ms, ms
+
+
 def lease_from_row(row: Row) -> Lease:
-    """Decode one lease row."""
+    """Decode one lease row; an expiry out of ``datetime``'s range is clamped to it.
+
+    Raises:
+        LedgerCorruptError: a column holds a value of the wrong type, or a
+            token below 1.
+    """
+    thread = row["thread_id"]
+
+    def col(name: str, decode: Callable[[Any], T]) -> T:
+        try:
+            return decode(row[name])
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise LedgerCorruptError(f"lease of thread {thread!r}: column {name}: {exc}") from exc
+
+    def token(value: Any) -> int:
+        if _count(value) < 1:
+            raise ValueError(f"expected a token >= 1, got {value!r}")
+        return int(value)
+
     return Lease(
-        thread_id=row["thread_id"],
-        owner=row["owner"],
-        token=row["token"],
-        expires_at=from_ms(row["expires_at_ms"]),
+        thread_id=thread,
+        owner=col("owner", _text),
+        token=col("token", token),
+        expires_at=col("expires_at_ms", _lease_expiry),
+    )
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
+
+
+def thread_event_to_row(e: ThreadEvent) -> tuple[Any, ...]:
+    """Encode a thread event to append (``seq`` is assigned by the database)."""
+    return (e.thread_id, e.kind, e.actor, to_ms(e.at), dumps(dict(e.detail)))
+
+
+def thread_event_from_row(row: Row) -> ThreadEvent:
+    """Decode and validate one thread event row."""
+    thread = row["thread_id"]
+
+    def col(name: str, decode: Callable[[Any], T]) -> T:
+        try:
+            return decode(row[name])
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise LedgerCorruptError(f"thread {thread!r}: event column {name}: {exc}") from exc
+
+    return ThreadEvent(
+        seq=row["seq"],
+        thread_id=thread,
+        kind=col("kind", _text),
+        actor=col("actor", _text),
+        at=col("at_ms", from_ms),
+        detail=col("detail_json", _json_object),
     )

@@ -167,7 +167,24 @@ _V3: tuple[str, ...] = (
         BEGIN SELECT RAISE(ABORT, 'ledger: events are append-only'); END""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3)
+_V4: tuple[str, ...] = (
+    # facts about a thread rather than one operation (a lease broken by hand), append-only
+    """CREATE TABLE thread_events (
+        seq INTEGER PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        at_ms INTEGER NOT NULL,
+        detail_json TEXT NOT NULL
+    ) STRICT""",
+    "CREATE INDEX thread_events_by_thread ON thread_events (thread_id, seq)",
+    """CREATE TRIGGER thread_events_append_only_update BEFORE UPDATE ON thread_events
+        BEGIN SELECT RAISE(ABORT, 'ledger: thread events are append-only'); END""",
+    """CREATE TRIGGER thread_events_append_only_delete BEFORE DELETE ON thread_events
+        BEGIN SELECT RAISE(ABORT, 'ledger: thread events are append-only'); END""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3, _V4)
 """Statements per version; each runs inside one ``BEGIN IMMEDIATE`` transaction."""
 
 LATEST_VERSION = len(MIGRATIONS) - 1

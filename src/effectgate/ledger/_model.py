@@ -28,6 +28,7 @@ __all__ = [
     "OpenRequest",
     "Operation",
     "Receipt",
+    "ThreadEvent",
     "ThreadRecord",
     "check_transition",
 ]
@@ -247,6 +248,26 @@ class Lease:
     token: int
     """Fencing token: increases each time the lease changes hands."""
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadEvent:
+    """One append-only audit record about a thread rather than one operation.
+
+    Written for acts of a person on the thread itself, e.g. ``lease_broken``
+    (``effectgate lease break``): who did it, when and why.
+    """
+
+    seq: int
+    """Monotonic position among thread events (assigned by the store; ignored on append)."""
+    thread_id: str
+    kind: str
+    """What happened, e.g. ``"lease_broken"``."""
+    actor: str
+    """Who did it (a person's name, as given)."""
+    at: datetime
+    detail: Mapping[str, Any]
+    """JSON-compatible facts: the reason, what was there before."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,6 +45,7 @@ from effectgate.ledger._model import (
     Operation,
     OperationTombstone,
     OpState,
+    ThreadEvent,
     ThreadRecord,
     ThreadTombstone,
 )
@@ -73,6 +74,7 @@ def _in_list(states: Iterable[OpState]) -> str:
 
 
 _UNFINISHED_SQL = UNFINISHED_STATES_SQL
+_KNOWN = _in_list(OpState)
 
 SQL_INSERT_OPERATION = (
     f"INSERT INTO operations ({_OP_COLUMNS}) VALUES ({_OP_PARAMS}) "
@@ -140,8 +142,12 @@ SQL_INSERT_LEASE = (
 )
 SQL_UPDATE_LEASE = (
     "UPDATE thread_leases SET owner = ?, token = ?, expires_at_ms = ? "
-    "WHERE thread_id = ? AND owner = ? AND token = ? AND expires_at_ms = ?"
+    "WHERE thread_id = ? AND owner = ? AND token = ? AND expires_at_ms BETWEEN ? AND ?"
 )
+SQL_INSERT_THREAD_EVENT = (
+    "INSERT INTO thread_events (thread_id, kind, actor, at_ms, detail_json) VALUES (?, ?, ?, ?, ?)"
+)
+SQL_LIST_THREAD_EVENTS = "SELECT seq, thread_id, kind, actor, at_ms, detail_json FROM thread_events"
 SQL_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
 SQL_HAS_SCHEMA_TABLE = (
     "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
@@ -350,9 +356,15 @@ class _Reader:
             wanted = frozenset(OpState(s) for s in states)
             if not wanted:
                 return []
-            if wanted <= UNFINISHED:
-                where.append(_UNFINISHED_SQL)  # lets the planner use the partial index
-            where.append(f"state IN ({_in_list(wanted)})")
+            if intent_hash is not None:
+                # A duplicate check, served by the intent index: a row whose
+                # state this build does not know (a damaged file) matches too,
+                # so decoding reports it instead of the check silently missing it.
+                where.append(f"(state IN ({_in_list(wanted)}) OR state NOT IN ({_KNOWN}))")
+            else:
+                if wanted <= UNFINISHED:
+                    where.append(_UNFINISHED_SQL)  # lets the planner use the partial index
+                where.append(f"state IN ({_in_list(wanted)})")
         if thread_id is not None:
             where.append("thread_id = ?")
             params.append(thread_id)
@@ -403,6 +415,14 @@ class _Reader:
     def get_lease(self, thread_id: str) -> Lease | None:
         row = self._conn.execute(SQL_GET_LEASE, (thread_id,)).fetchone()
         return None if row is None else codec.lease_from_row(row)
+
+    def thread_events(self, thread_id: str | None = None) -> list[ThreadEvent]:
+        if thread_id is None:
+            rows = self._conn.execute(SQL_LIST_THREAD_EVENTS + " ORDER BY seq")
+        else:
+            sql = SQL_LIST_THREAD_EVENTS + " WHERE thread_id = ? ORDER BY seq"
+            rows = self._conn.execute(sql, (thread_id,))
+        return [codec.thread_event_from_row(row) for row in rows]
 
     def count_operations(self) -> list[StateCount]:
         rows = self._conn.execute(SQL_COUNT_OPERATIONS).fetchall()
@@ -507,7 +527,8 @@ class _Transaction(_Reader):
         if expected is None:
             cur = self._conn.execute(SQL_INSERT_LEASE, (lease.thread_id, *new))
         else:
-            old = (expected.owner, expected.token, codec.to_ms(expected.expires_at))
+            low, high = codec.lease_expiry_range(expected.expires_at)
+            old = (expected.owner, expected.token, low, high)
             cur = self._conn.execute(SQL_UPDATE_LEASE, (*new, lease.thread_id, *old))
         return cur.rowcount == 1
 
@@ -563,6 +584,11 @@ class _Transaction(_Reader):
             (codec.to_ms(finished_before),),
         )
         return cur.rowcount
+
+    def append_thread_event(self, event: ThreadEvent) -> int:
+        cur = self._conn.execute(SQL_INSERT_THREAD_EVENT, codec.thread_event_to_row(event))
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
 
 class SqliteLedgerStore:

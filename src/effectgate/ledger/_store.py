@@ -30,6 +30,7 @@ from effectgate.ledger._model import (
     OperationTombstone,
     OpState,
     Receipt,
+    ThreadEvent,
     ThreadRecord,
     ThreadTombstone,
 )
@@ -158,7 +159,17 @@ class StoreReader(Protocol):
         ...
 
     def get_lease(self, thread_id: str) -> Lease | None:
-        """Return a thread's lease row (possibly expired), or ``None``."""
+        """Return a thread's lease row (possibly expired), or ``None``.
+
+        An expiry beyond what ``datetime`` can hold reads as ``datetime.max``
+        (UTC), one before it as ``datetime.min``: a lease stored as "never
+        expires" is held, not an error. ``put_lease`` must treat such a read
+        back value as equal to what is stored.
+        """
+        ...
+
+    def thread_events(self, thread_id: str | None = None) -> list[ThreadEvent]:
+        """Return thread events (of one thread, or all) in ``seq`` order."""
         ...
 
     def count_operations(self) -> list[StateCount]:
@@ -256,6 +267,10 @@ class StoreTransaction(StoreReader, Protocol):
         Returns:
             How many were deleted.
         """
+        ...
+
+    def append_thread_event(self, event: ThreadEvent) -> int:
+        """Append ``event`` (its ``seq`` is ignored) and return the ``seq`` assigned."""
         ...
 
 

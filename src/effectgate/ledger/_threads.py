@@ -23,7 +23,7 @@ from typing import Any
 
 from effectgate._clock import Clock, to_seconds
 from effectgate.errors import ThreadBusyError
-from effectgate.ledger._model import Lease, ThreadRecord
+from effectgate.ledger._model import Lease, ThreadEvent, ThreadRecord
 from effectgate.ledger._store import LedgerStore
 
 __all__ = ["ThreadsMixin"]
@@ -166,6 +166,68 @@ class ThreadsMixin:
                 return
             if cur.expires_at > now:
                 tx.put_lease(replace(cur, expires_at=now), expected=cur)
+
+    def break_lease(self, thread_id: str, *, by: str, reason: str) -> Lease:
+        """Break a thread's lease by hand, audited; return the lease as it was.
+
+        For a lease no runner will give up: its holder is on another host or
+        in another container (so it cannot be proven gone), or its expiry is
+        absurd (year 9999, a damaged row). The lease is handed to nobody and
+        expires now, with its fencing token raised: the old holder, should it
+        still run, can no longer renew it, and its next renewal stops its run
+        (``Agent``'s lease keeper). Its attempts are not touched: recovery
+        treats them by the usual rule once a runner takes the thread. One
+        durable transaction with a ``lease_broken`` thread event naming who,
+        when and why (``thread_events``).
+
+        Args:
+            thread_id: the thread.
+            by: who breaks it (a person's name), kept in the event.
+            reason: why, kept in the event; required.
+
+        Returns:
+            The lease that was broken, as it was stored.
+
+        Raises:
+            ValueError: ``reason`` or ``by`` is blank.
+            KeyError: the thread has no lease to break.
+            ThreadBusyError: the lease changed hands while it was being broken.
+        """
+        if not reason.strip():
+            raise ValueError("breaking a lease needs a reason (it is kept in the audit trail)")
+        if not by.strip():
+            raise ValueError("breaking a lease needs the name of who breaks it")
+        now = self._now()
+        with self._store.transaction() as tx:
+            cur = tx.get_lease(thread_id)
+            if cur is None:
+                raise KeyError(f"thread {thread_id!r} has no lease to break")
+            broken = Lease(
+                thread_id=thread_id, owner=f"{_BROKEN}{by}", token=cur.token + 1, expires_at=now
+            )
+            if not tx.put_lease(broken, expected=cur):
+                raise _busy(tx.get_lease(thread_id), now, thread_id=thread_id)
+            detail = {
+                "reason": reason,
+                "owner": cur.owner,
+                "token": cur.token,
+                "expires_at": cur.expires_at.isoformat(),
+                "was_expired": cur.expires_at <= now,
+            }
+            event = ThreadEvent(
+                seq=0, thread_id=thread_id, kind="lease_broken", actor=by, at=now, detail=detail
+            )
+            tx.append_thread_event(event)
+        return cur
+
+    def thread_events(self, thread_id: str | None = None) -> builtins.list[ThreadEvent]:
+        """Return the audit events about threads (of one, or all), in append order."""
+        with self._store.read() as r:
+            return r.thread_events(thread_id)
+
+
+_BROKEN = "broken by "
+"""Owner prefix of a lease broken by hand; nobody's worker id, so the next runner takes it."""
 
 
 def _busy(cur: Lease | None, now: datetime, *, thread_id: str = "") -> ThreadBusyError:

@@ -463,6 +463,36 @@ class LedgerConformance(abc.ABC):
         ledger.release_lease(lease)
         assert ledger.renew_lease(taken, 60).owner == "b"
 
+    def test_lease_broken_by_hand_is_fenced_and_audited(self) -> None:
+        """A broken lease is free at once, its old holder fenced off, the act kept as an event."""
+        ledger = self.ledger()
+        held = ledger.acquire_lease("t1", "far-host", 3600)
+        with pytest.raises(ValueError, match="reason"):
+            ledger.break_lease("t1", by="carol", reason=" ")
+        assert self.ledger().thread_events("t1") == []
+        was = ledger.break_lease("t1", by="carol", reason="far-host is gone")
+        assert was == held
+        (event,) = self.ledger().thread_events("t1")
+        assert (event.kind, event.actor, event.at) == ("lease_broken", "carol", self.clock.now())
+        assert (event.detail["reason"], event.detail["owner"]) == ("far-host is gone", "far-host")
+        with pytest.raises(errors.ThreadBusyError):
+            ledger.renew_lease(held, 60)
+        assert ledger.acquire_lease("t1", "me", 60).token == held.token + 2
+        with pytest.raises(KeyError):
+            ledger.break_lease("t2", by="carol", reason="no such lease")
+
+    def test_live_attempt_of_another_thread_survives_recovery(self) -> None:
+        """recover_in_flight leaves an attempt whose worker still holds its thread's lease."""
+        ledger = self.ledger()
+        op = self.approved(ledger, make_request("key:x", thread_id="t1"))
+        ledger.acquire_lease("t2", "w2", 30)
+        ledger.claim(op.operation_id, attempt=1, worker="w2", thread_id="t2")
+        ledger.acquire_lease("t1", "w1", 30)
+        assert self.ledger().recover_in_flight(thread_id="t1", worker="w1") == []
+        self.clock.advance(31)  # w2 stopped renewing: its attempt is abandoned now
+        (recovered,) = self.ledger().recover_in_flight(thread_id="t1", worker="w1")
+        assert (recovered.state, recovered.attempt) == (_S.UNKNOWN, 1)
+
     # -------------------------------------------------- store primitives
 
     def test_store_compare_and_set_mismatch_writes_nothing(self) -> None:

@@ -1,0 +1,76 @@
+"""Shared pieces of the recovery tests: a scripted ticket run on a real ticket service."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.cli.conftest import cli_env
+
+ALERT = "db-down"
+KEY = f"ticket:{ALERT}"
+
+SCRIPT: dict[str, Any] = {
+    "name": "one-ticket",
+    "turns": [
+        {
+            "say": "opening the ticket",
+            "tool_calls": [
+                {
+                    "name": "create_ticket",
+                    "args": {"title": "DB down", "body": "primary is down", "alert_id": ALERT},
+                    "id": "call_1",
+                }
+            ],
+        }
+    ],
+    "final": "ticket open",
+}
+
+WORKER = r"""
+import json, sys
+from pathlib import Path
+from effectgate import open_agent
+from effectgate.models import ScriptedChatModel
+from effectgate.tools import ticket_tools
+
+state, url, thread, script = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+model = ScriptedChatModel.from_script(json.loads(script))
+# a long client timeout: the slow server must not time the request out
+with open_agent(state, model=model, tools=ticket_tools(url, timeout_s=60)) as agent:
+    agent.start("open the ticket", thread_id=thread)
+    result = agent.resume(thread, decisions={"decisions": [{"type": "approve"}]})
+    print(json.dumps({"status": result.status.value, "error": result.error,
+                      "states": [op.state.value for op in result.operations]}))
+"""
+
+
+def worker(
+    tmp: Path, state: Path, url: str, thread: str, *, failpoint: str | None = None
+) -> subprocess.Popen[str]:
+    """Start a process that starts ``thread`` on ``SCRIPT`` and approves its ticket."""
+    script = tmp / "worker.py"
+    script.write_text(WORKER)
+    env = cli_env()
+    if failpoint is not None:
+        env["EFFECTGATE_FAILPOINT"] = failpoint
+    return subprocess.Popen(
+        [sys.executable, str(script), str(state), url, thread, json.dumps(SCRIPT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition`` every 20 ms until it holds, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
