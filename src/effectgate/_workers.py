@@ -221,8 +221,15 @@ def run_worker_processes(argv: Sequence[str], processes: int) -> int:
 
 
 def report_line(data: Mapping[str, Any]) -> None:
-    """Print one JSON line on stdout (the worker's progress format)."""
+    """Print one JSON line on stdout (the worker's progress format with ``--json``)."""
     print(json.dumps(dict(data), default=str), flush=True)
+
+
+def report_text(data: Mapping[str, Any]) -> None:
+    """Print one ``key=value`` line on stdout (the worker's progress format without ``--json``)."""
+    from effectgate.cli._render import terminal_safe
+
+    print(" ".join(f"{k}={terminal_safe(str(v))}" for k, v in data.items()), flush=True)
 
 
 def worker_main(
@@ -234,6 +241,7 @@ def worker_main(
     approve: str | None,
     until_idle: bool,
     lease_ttl_s: float,
+    json_out: bool = True,
 ) -> int:
     """``effectgate worker``: run ``processes`` workers on a state directory; return the exit code.
 
@@ -254,6 +262,7 @@ def worker_main(
         argv += ["--approve", approve] if approve else []
         argv += ["--until-idle"] if until_idle else []
         argv += ["--store", store] if store else []
+        argv += ["--json"] if json_out else []
         return run_worker_processes(argv, processes)
     found = sd.services / "endpoints.json"
     endpoints = ServiceEndpoints(**json.loads(found.read_text())) if found.is_file() else None
@@ -267,9 +276,10 @@ def worker_main(
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            runs = work(agent, opts, say=report_line, stop=stop)
+            say = report_line if json_out else report_text
+            runs = work(agent, opts, say=say, stop=stop)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-        report_line({"worker": agent.worker, "runs": runs, "stopped": stop.is_set()})
+        say({"worker": agent.worker, "runs": runs, "stopped": stop.is_set()})
     return 0

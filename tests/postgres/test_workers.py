@@ -31,7 +31,7 @@ def _worker(sd: StateDir, *extra: str, failpoint: str | None = None) -> subproce
         env["EFFECTGATE_FAILPOINT"] = failpoint
     cmd = [sys.executable, "-m", "effectgate.cli", "worker", "--state-dir", str(sd.root)]
     return subprocess.Popen(
-        [*cmd, "--approve", "all", "--until-idle", "--lease-ttl", "3", *extra],
+        [*cmd, "--json", "--approve", "all", "--until-idle", "--lease-ttl", "3", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

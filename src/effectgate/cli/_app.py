@@ -528,13 +528,14 @@ def worker(
             "--lease-ttl", min=0.5, help="Seconds a dead worker's threads stay held (renewed live)."
         ),
     ] = 30.0,
+    json_out: JsonOpt = False,
 ) -> None:
     """Take threads that are ready to run (new, unfinished; reviews with --approve), leased.
 
     Run it on one or many machines against the same --store: each thread runs
     in one worker at a time; a dead worker's threads are taken over after its
-    lease expires (at once on the same host), repeating no effect. One JSON
-    line per run on stdout.
+    lease expires (at once on the same host), repeating no effect. One line
+    per run on stdout (a JSON object with --json).
     """
     from effectgate._workers import worker_main
 
@@ -548,6 +549,7 @@ def worker(
             approve=approve.value if approve else None,
             until_idle=until_idle,
             lease_ttl_s=lease_ttl,
+            json_out=json_out,
         )
     raise typer.Exit(code)
 
