@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,8 @@ from effectgate.errors import ConfigError, DecisionError
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
-    from effectgate.ledger import Ledger, Operation
+    from effectgate.graph import RunResult
+    from effectgate.ledger import Ledger, Operation, ThreadRecord
     from effectgate.tools import ToolSpec
 
 __all__ = [
@@ -53,7 +55,9 @@ __all__ = [
     "threads",
 ]
 
-_OPEN_STATES = ("UNKNOWN", "NEEDS_RECONCILIATION")
+_VERDICT = "NEEDS_RECONCILIATION"
+_OPEN_STATES = ("IN_FLIGHT", "UNKNOWN", _VERDICT)
+"""Operation states ``pending`` lists: under way or left by a crash, or waiting for a verdict."""
 
 
 def _existing(path: Path) -> StateDir:
@@ -81,27 +85,67 @@ def failpoint_names() -> list[str]:
     return [point.value for point in Failpoint]
 
 
+def _thread_records(ledger: Ledger | None) -> list[ThreadRecord]:
+    """The ledger's threads, without the records of their follow-up turns."""
+    from effectgate.graph._agent import is_turn_record
+
+    records = ledger.list_threads() if ledger is not None else []
+    return [r for r in records if not is_turn_record(r.thread_id)]
+
+
+def _statuses(sd: StateDir, records: list[ThreadRecord]) -> list[tuple[ThreadRecord, RunResult]]:
+    """Each thread's status, read by an agent with that thread's tools (``--agent``) if known."""
+    from effectgate.cli._loader import inspection_agent_for, remembered_agent
+
+    out = []
+    plain = [r for r in records if remembered_agent(sd, r.thread_id) is None]
+    if plain:
+        with inspection_agent(sd) as agent:
+            out += [(r, agent.status(r.thread_id)) for r in plain]
+    for record in records:
+        if record in plain:
+            continue
+        with inspection_agent_for(sd, record.thread_id) as (agent, note):
+            status = agent.status(record.thread_id)
+        if note is not None:
+            status = replace(status, error=f"{note}; {status.error or ''}".rstrip("; "))
+        out.append((record, status))
+    order = {r.thread_id: i for i, r in enumerate(records)}
+    return sorted(out, key=lambda row: order[row[0].thread_id])
+
+
 def threads(state_dir: Path, output: Output) -> int:
-    """List every thread with its status."""
+    """List every thread with its status, and why an incomplete one is."""
     sd = _existing(state_dir)
     with _ledger(sd) as ledger:
-        records = ledger.list_threads() if ledger is not None else []
-    rows = []
-    if records:
-        with inspection_agent(sd) as agent:
-            rows = [(record, agent.status(record.thread_id).status.value) for record in records]
+        records = _thread_records(ledger)
+    rows = _statuses(sd, records) if records else []
     if output.json_mode:
-        output.emit_json({"threads": [thread_json(record, status) for record, status in rows]})
+        listed = []
+        for record, status in rows:
+            entry = thread_json(record, status.status.value)
+            if status.status.value == "incomplete":
+                entry["why"] = status.error
+            listed.append(entry)
+        output.emit_json({"threads": listed})
     else:
-        output.out.print(threads_table(rows))
+        output.out.print(
+            threads_table(
+                (record, _status_text(status.status.value, status.error)) for record, status in rows
+            )
+        )
     return 0
+
+
+def _status_text(status: str, why: str | None) -> str:
+    return f"{status}: {why}" if status == "incomplete" and why else status
 
 
 def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
     """Show everything awaiting review or reconciliation."""
     sd = _existing(state_dir)
     with _ledger(sd) as ledger:
-        records = ledger.list_threads() if ledger is not None else []
+        records = _thread_records(ledger)
         ops = (
             ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES))
             if ledger is not None
@@ -112,18 +156,26 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
         if not records:
             raise ConfigError(f"unknown thread {thread_id!r} in {sd.root}")
     waiting: list[dict[str, Any]] = []
-    if records:
-        with inspection_agent(sd) as agent:
-            for record in records:
-                status = agent.status(record.thread_id)
-                if status.interrupts:
-                    waiting.append(
-                        {
-                            "thread_id": record.thread_id,
-                            "status": status.status.value,
-                            "interrupts": [interrupt_json(i) for i in status.interrupts],
-                        }
-                    )
+    for record, status in _statuses(sd, records) if records else []:
+        if status.interrupts:
+            waiting.append(
+                {
+                    "thread_id": record.thread_id,
+                    "status": status.status.value,
+                    "interrupts": [interrupt_json(i) for i in status.interrupts],
+                }
+            )
+        elif status.status.value == "incomplete" and status.error and "needs" in status.error:
+            # Waiting for something this CLI's tools cannot run (a custom tool):
+            # say so instead of "nothing is waiting".
+            waiting.append(
+                {
+                    "thread_id": record.thread_id,
+                    "status": status.status.value,
+                    "interrupts": [],
+                    "unanswerable": status.error,
+                }
+            )
     if output.json_mode:
         output.emit_json({"threads": waiting, "operations": [operation_json(o) for o in ops]})
         return 0
@@ -144,6 +196,11 @@ def _print_pending(
         output.out.print("nothing is waiting for review or reconciliation")
         return
     for entry in waiting:
+        if entry.get("unanswerable"):
+            output.out.print(
+                f"[yellow]waiting[/] thread {escape(entry['thread_id'])}: "
+                f"{escape(entry['unanswerable'])}"
+            )
         for item in entry["interrupts"]:
             value = item["value"]
             if item["kind"] == "review":
@@ -165,8 +222,19 @@ def _print_pending(
                 output.out.print(f"  [bold red]previous answer refused:[/] {escape(item['error'])}")
     if ops:
         output.out.print(operations_table(ops, title="operations with an unknown outcome"))
-        settle = command_hint(state_dir, "reconcile", "OP", "--succeeded", "REF")
-        output.out.print(escape(f"settle one with: {settle}  (or --failed)"))
+        for thread in sorted({op.thread_id for op in ops if op.state.value != _VERDICT}):
+            # IN_FLIGHT: under way in a live run, or left by one that died
+            # (kill -9) after claiming it; UNKNOWN: the outcome is to be looked up.
+            resume = command_hint(state_dir, "resume", "--thread", thread)
+            output.out.print(
+                escape(
+                    f"thread {thread}: a call may have been under way when its run stopped; "
+                    f"{resume} looks its outcome up by idempotency key and runs nothing twice"
+                )
+            )
+        if any(op.state.value == _VERDICT for op in ops):
+            settle = command_hint(state_dir, "reconcile", "OP", "--succeeded", "REF")
+            output.out.print(escape(f"settle one with: {settle}  (or --failed)"))
 
 
 def _check_ids(

@@ -1028,7 +1028,8 @@ def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
     return (
         f"thread {thread_id!r} has pending work and needs {', '.join(missing)}, which this "
         "agent does not have; rebuild it with the same tools the thread started with "
-        "(from the CLI: resume --with-services brings the demo ticket and mail tools)"
+        "(from the CLI: --agent MODULE:FACTORY loads an agent with your own tools; "
+        "resume --with-services brings the demo ticket and mail tools)"
     )
 
 
