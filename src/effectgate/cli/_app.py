@@ -350,6 +350,7 @@ def resume(
                 model_options={"base_url": base_url, "api_key": api_key},
             )
             raise typer.Exit(code)
+        _loader.check_builtin_tools(state_dir, thread)
         code = run_resume(
             _flags(state_dir, approve, decisions, reviewer, crash_at),
             output,

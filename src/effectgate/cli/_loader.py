@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AGENTS_FILE",
     "AgentRecipe",
+    "check_builtin_tools",
     "check_recorded",
     "inspection_agent_for",
     "load_recipe",
@@ -266,6 +267,31 @@ def recorded_task(state_dir: Path, thread_id: str) -> str | None:
     return None if record is None else str(record.input.get("task", ""))
 
 
+def check_builtin_tools(state_dir: Path, thread_id: str) -> None:
+    """Refuse to run a thread with the built-in tools when it was started with others.
+
+    Raises:
+        ConfigError: the thread's record names tools no built-in tool
+            provides: the message names them and the ``--agent`` flag.
+    """
+    from effectgate._app import StateDir, default_tools
+    from effectgate.cli._runs import _nowhere, thread_record
+
+    try:
+        sd = StateDir.open(state_dir, create=False)
+        meta = thread_record(sd, thread_id)
+    except ConfigError:
+        return  # the command reports it, in its own words
+    builtin = {t.name for t in default_tools(sd.workspace, _nowhere())}
+    missing = sorted(set(map(str, meta.get("tools", []))) - builtin)
+    if missing:
+        raise ConfigError(
+            f"thread {thread_id!r} uses tool(s) {', '.join(missing)} that the CLI does not "
+            "have: pass --agent MODULE:FACTORY, a callable in your code that returns "
+            "AgentRecipe(tools=[...], model=...) with them (remembered for the thread)"
+        )
+
+
 def check_recorded(state_dir: Path, thread_id: str) -> None:
     """Refuse to resume a thread the state directory never recorded, saying how to start it.
 
@@ -350,6 +376,8 @@ def _continue(
     sd = StateDir.open(flags.state_dir, create=False)
     meta = thread_record(sd, thread_id)
     spec = agent_spec or remembered_agent(sd, thread_id)
+    if spec is None:
+        check_builtin_tools(flags.state_dir, thread_id)
     recipe = load_recipe(spec, sd) if spec is not None else None
     if spec is not None:
         remember_agent(sd, thread_id, spec)
