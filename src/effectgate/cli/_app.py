@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import enum
 import getpass
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from effectgate.cli import _inspect, _loader
+from effectgate import _failpoints
+from effectgate.cli import _inspect, _loader, _recovery
 from effectgate.cli._exit import EXIT_CODE_HELP
-from effectgate.cli._output import DEFAULT_STATE_DIR, Output, handled
+from effectgate.cli._output import DEFAULT_STATE_DIR, Output, command_hint, handled
 from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_resume, run_task
 from effectgate.cli._signals import Mode
 from effectgate.errors import ConfigError
@@ -141,6 +143,11 @@ def _reviewer(name: str | None) -> str:
         return "cli"
 
 
+def _failpoint_hint(state_dir: Path, thread: str) -> None:
+    """Have a failpoint exit (``--crash-at``) print the command that continues the thread."""
+    os.environ[_failpoints.HINT_VAR] = command_hint(state_dir, "resume", "--thread", thread)
+
+
 def _flags(
     state_dir: Path,
     approve: Approve | None,
@@ -185,7 +192,11 @@ def demo(
     """
     output = Output(json_mode=json_out)
     thread = thread or new_thread_id("demo")
-    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
+    _failpoint_hint(state_dir, thread)
+    with (
+        handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
+        _recovery.explained(output, state_dir),
+    ):
         code = run_demo(
             _flags(state_dir, approve, decisions, reviewer, crash_at),
             output,
@@ -261,7 +272,11 @@ def run(
     flags = _flags(state_dir, approve, decisions, reviewer, crash_at)
     existing = thread is not None and _loader.recorded_task(state_dir, thread) is not None
     thread = thread or new_thread_id("run")
-    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
+    _failpoint_hint(state_dir, thread)
+    with (
+        handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
+        _recovery.explained(output, state_dir),
+    ):
         if existing:
             code = _loader.run_followup(
                 flags,
@@ -338,7 +353,11 @@ def resume(
     A finished thread is only reported.
     """
     output = Output(json_mode=json_out)
-    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
+    _failpoint_hint(state_dir, thread)
+    with (
+        handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
+        _recovery.explained(output, state_dir),
+    ):
         _loader.check_recorded(state_dir, thread)
         if agent is not None or _loader.remembered_agent_at(state_dir, thread) is not None:
             code = _loader.run_resume_with_agent(
