@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from effectgate._app import StateDir
-from effectgate.cli._loader import AgentRecipe
+from effectgate.cli import AgentRecipe
 from effectgate.graph import Policy
 from effectgate.models import ScriptedChatModel
 from effectgate.tools import EffectKind, ToolResult, ToolSpec

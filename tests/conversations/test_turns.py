@@ -149,3 +149,34 @@ def _record_approval_and_claim(agent: Agent, action: dict[str, Any]) -> None:
     )
     agent.ledger.record_review([request], [approval])
     agent.ledger.claim(op_id, attempt=1, worker="someone-else")
+
+
+def test_start_again_resumes_with_the_same_task_and_names_both_otherwise(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    with conversation_agent(state_dir, services) as agent:
+        waiting = agent.start(TASK, thread_id="c")
+        assert waiting.status is RunStatus.WAITING_REVIEW
+        again = agent.start(TASK, thread_id="c")  # a retried start: the same thread, no new run
+        assert again.status is RunStatus.WAITING_REVIEW
+        assert again.interrupts == waiting.interrupts
+        with pytest.raises(ConfigError) as other:
+            agent.start("Something else.", thread_id="c")
+        assert repr(TASK) in str(other.value) and "'Something else.'" in str(other.value)
+        with pytest.raises(ConfigError, match="follow-up turns"):
+            agent.start(TASK, thread_id="c#turn-2")
+        done = approve_all(agent, again)
+        humans = [m.content for m in agent.messages("c") if isinstance(m, HumanMessage)]
+    assert done.status is RunStatus.DONE
+    assert humans == [TASK]
+    assert (world(state_dir).tickets, world(state_dir).mails) == (1, 1)
+
+
+def test_resume_of_a_thread_never_recorded_prints_how_to_start_it(state_dir: StateDir) -> None:
+    from tests.cli.conftest import eg
+
+    ran = eg("resume", "--thread", "ghost", "--state-dir", str(state_dir.root))
+    assert ran.code == 2
+    text = " ".join(ran.stderr.split())
+    assert "never recorded" in text
+    assert f"effectgate run --thread ghost --model SPEC TASK --state-dir {state_dir.root}" in text

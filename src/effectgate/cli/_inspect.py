@@ -383,7 +383,11 @@ def reconcile(
             )
             worker = f"cli-reconcile:{os.getpid()}"
             with contextlib.ExitStack() as stack:
-                tools = {} if succeeded is not None else _lookup_tools(sd, op.tool, stack, output)
+                tools = (
+                    {}
+                    if succeeded is not None
+                    else _lookup_tools(sd, op.tool, stack, output, thread_id=op.thread_id)
+                )
                 dispatcher = Dispatcher(ledger, tools, worker=worker)
                 op = dispatcher.apply_verdict(operation_id, verdict)
     if output.json_mode:
@@ -400,18 +404,31 @@ _SERVICE_TOOLS = frozenset({"create_ticket", "send_email"})
 
 
 def _lookup_tools(
-    sd: StateDir, tool: str, stack: contextlib.ExitStack[Any], output: Output
+    sd: StateDir,
+    tool: str,
+    stack: contextlib.ExitStack[Any],
+    output: Output,
+    *,
+    thread_id: str | None = None,
 ) -> dict[str, ToolSpec]:
-    """The built-in tools, to check a "failed" verdict against the tool's lookup.
+    """The thread's tools, to check a "failed" verdict against the tool's lookup.
 
-    The ticket and mail lookups need the demo services: they are started for
-    the check (``stack`` stops them). A tool this command does not have (a
-    library's own) cannot be looked up: the verdict is applied unchecked, and
-    a note says so.
+    A thread run with ``--agent`` uses that agent's tools; otherwise the
+    built-in ones. The ticket and mail lookups need the demo services: they
+    are started for the check (``stack`` stops them). A tool this command does
+    not have (a library's own, without ``--agent``) cannot be looked up: the
+    verdict is applied unchecked, and a note says so.
     """
     from effectgate._app import default_tools
+    from effectgate.cli._loader import load_recipe, remembered_agent
     from effectgate.demo import DemoServices
+    from effectgate.graph._build import to_specs
 
+    spec = remembered_agent(sd, thread_id) if thread_id is not None else None
+    if spec is not None:
+        found = to_specs(load_recipe(spec, sd).tools)
+        if tool in found and found[tool].reconciler is not None:
+            return found
     endpoints = None
     if tool in _SERVICE_TOOLS:
         endpoints = stack.enter_context(DemoServices(sd.services)).endpoints

@@ -201,13 +201,19 @@ class Agent:
             The thread's state after the run.
 
         Raises:
-            ConfigError: the task is blank, or the thread exists with another
-                task (the message names both; use ``send`` for a follow-up).
+            ConfigError: the task is blank, the id ends like a follow-up turn's
+                record (``#turn-<n>``), or the thread exists with another task
+                (the message names both; use ``send`` for a follow-up).
             ThreadBusyError: another live runner holds the thread.
         """
         if not task.strip():
             raise ConfigError("the task is empty: say what the agent should do")
         thread_id = thread_id or uuid.uuid4().hex
+        if is_turn_record(thread_id):
+            raise ConfigError(
+                f"thread id {thread_id!r}: ids ending in '{_TURN}<n>' name the follow-up turns "
+                "of a thread; choose another id"
+            )
         # The tools the thread starts with, so a later resume can refuse an
         # agent rebuilt without one of them (see ``_missing_nodes``).
         record_meta = {**(metadata or {}), "tools": sorted(self.parts.specs)}
