@@ -44,3 +44,21 @@ def test_kill_after_the_ticket_was_created_then_pending_resume_and_a_second_demo
     assert "reused create_ticket (ticket:orders-error-rate, thread d1)" in text, text
     assert "recovered" not in text
     assert world(state).tickets == 1
+
+
+def test_a_directory_that_is_not_ours_is_not_written_by_the_recovery_report(
+    tmp_path: Path,
+) -> None:
+    """The recovery lines read the ledger only of a state directory; a stray file stays empty."""
+    stray = tmp_path / "project"
+    stray.mkdir()
+    (stray / "ledger.sqlite3").write_bytes(b"")
+    for args in (
+        ["run", "x", "--thread", "t", "--model", "scripted:incident"],
+        ["resume", "--thread", "t"],
+        ["demo", "--thread", "t"],
+    ):
+        ran = eg(*args, "--state-dir", str(stray))
+        assert ran.code == 2 and "not an effectgate state directory" in ran.stderr, ran.stderr
+    assert sorted(p.name for p in stray.iterdir()) == ["ledger.sqlite3"]
+    assert (stray / "ledger.sqlite3").read_bytes() == b""

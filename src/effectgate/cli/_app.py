@@ -270,14 +270,14 @@ def run(
     output = Output(json_mode=json_out)
     options = {"base_url": base_url, "api_key": api_key, "max_retries": max_retries}
     flags = _flags(state_dir, approve, decisions, reviewer, crash_at)
-    existing = thread is not None and _loader.recorded_task(state_dir, thread) is not None
+    given = thread
     thread = thread or new_thread_id("run")
     _failpoint_hint(state_dir, thread)
     with (
         handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
         _recovery.explained(output, state_dir),
     ):
-        if existing:
+        if given is not None and _loader.recorded_task(state_dir, given) is not None:
             code = _loader.run_followup(
                 flags,
                 output,

@@ -34,13 +34,20 @@ __all__ = ["explained", "recovery_lines"]
 
 @contextlib.contextmanager
 def _ledger(state_dir: Path) -> Iterator[Ledger | None]:
+    """The state directory's ledger; ``None`` if there is none or it is not ours (untouched)."""
+    from effectgate._app import StateDir
+    from effectgate.errors import ConfigError
     from effectgate.ledger import SqliteLedger
 
-    path = state_dir.expanduser() / "ledger.sqlite3"
-    if not path.is_file():
+    try:
+        sd = StateDir.open(state_dir, create=False)
+    except ConfigError:
         yield None
         return
-    ledger = SqliteLedger(path)
+    if not sd.ledger.is_file():
+        yield None
+        return
+    ledger = SqliteLedger(sd.ledger)
     try:
         yield ledger
     finally:
