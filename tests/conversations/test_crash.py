@@ -9,10 +9,10 @@ import sys
 import pytest
 from langchain_core.messages import HumanMessage
 
-from effectgate._app import StateDir
+from effectgate._app import StateDir, open_agent
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
-from effectgate.graph import history_problems
+from effectgate.graph import RunStatus, history_problems
 from effectgate.ledger import OpState, SqliteLedger
 from effectgate.testing.oracle import checkpoint_problems, world
 from tests.conversations._scripts import ALSO_LEAD, TASK
@@ -51,8 +51,6 @@ def _attempts(sd: StateDir) -> dict[str, list[int]]:
 
 
 def _humans(sd: StateDir) -> list[str]:
-    from effectgate._app import open_agent
-
     with open_agent(sd, model="scripted:incident") as agent:
         messages = agent.messages("c")
     assert history_problems(messages, allow_pending=False) == []
@@ -126,6 +124,12 @@ def test_a_turn_recorded_but_not_yet_added_is_added_exactly_once(
     first = _worker(state_dir, "--send", ALSO_LEAD, "--die-after-recording-turn")
     assert first.returncode == EXIT_CODE, first.stderr[-2000:]
     assert world(state_dir).mails == 1 and _humans(state_dir) == [TASK]
+    with open_agent(state_dir, model="scripted:incident") as agent:
+        status = agent.status("c")
+    assert status.status is RunStatus.INCOMPLETE
+    assert "turn 2 ('Also copy the on-call lead.') is recorded but has not run" in (
+        status.error or ""
+    )
     extra = ["--resume"] if how == "resume" else ["--send", ALSO_LEAD]
     done = _worker(state_dir, *extra)
     assert done.returncode == 0, (done.stdout, done.stderr[-2000:])

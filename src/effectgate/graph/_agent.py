@@ -554,8 +554,27 @@ class Agent:
     # ------------------------------------------------------------- inspection
 
     def status(self, thread_id: str) -> RunResult:
-        """Read where a thread stands, without running anything."""
-        return self._with_shared(self._status(thread_id))
+        """Read where a thread stands, without running anything.
+
+        A thread whose last follow-up turn was recorded but has not run yet
+        (a crash right after ``send`` recorded it) is ``INCOMPLETE``, with
+        the turn named in ``error``: ``resume`` runs it.
+        """
+        result = self._status(thread_id)
+        if result.status is RunStatus.DONE:
+            turns = self._turns(thread_id)
+            if turns and _turn_id(thread_id, turns[-1]) not in {
+                m.id for m in self.messages(thread_id)
+            }:
+                turn = turns[-1].input
+                result = replace(
+                    result,
+                    status=RunStatus.INCOMPLETE,
+                    final_message=None,
+                    error=f"turn {turn.get('turn')} ({_clip(turn.get('message'))}) is recorded "
+                    "but has not run yet: resume runs it",
+                )
+        return self._with_shared(result)
 
     def _status(self, thread_id: str) -> RunResult:
         snapshot = self.graph.get_state(self._config(thread_id))
