@@ -21,6 +21,8 @@ __all__ = ["ENV_VAR", "EXIT_CODE", "Failpoint", "check", "hit", "per_tool"]
 
 ENV_VAR = "EFFECTGATE_FAILPOINT"
 EXIT_CODE = 137
+HINT_VAR = "EFFECTGATE_FAILPOINT_HINT"
+"""Set by the CLI to the command that continues the thread; printed on a failpoint exit."""
 """Exit status of a process killed at a failpoint (as SIGKILL's 128 + 9)."""
 
 
@@ -129,5 +131,7 @@ def hit(point: Failpoint, *, tool: str | None = None) -> None:
     if nth is not None and count != nth:
         return
     sys.stderr.write(f"effectgate: failpoint {point.value} reached; exiting {EXIT_CODE}\n")
+    if os.environ.get(HINT_VAR):
+        sys.stderr.write(f"effectgate: continue with: {os.environ[HINT_VAR]}\n")
     sys.stderr.flush()
     os._exit(EXIT_CODE)

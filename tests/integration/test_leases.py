@@ -122,15 +122,18 @@ def test_a_brief_hold_is_waited_for_and_a_late_starter_does_not_take_the_lease(
 ) -> None:
     """Three concurrent demo starts once left nobody finishing (a fresh user saw 75/75/2).
 
-    A starter that only finds the thread exists must say so without taking the
-    lease; a runner meeting a short hold by a live process waits (lease_wait_s).
+    A starter with another task is refused without taking the lease; a repeated
+    start is a resume and needs it; a runner meeting a short hold by a live
+    process waits (lease_wait_s).
     """
     with _agent(state_dir, []) as agent:
         agent.start("go", thread_id="t")
         with SqliteLedger(state_dir.ledger) as ledger:
             held = ledger.acquire_lease("t", "someone-alive", 30.0)  # a live holder
-            with pytest.raises(ConfigError, match="already exists"):
-                agent.start("go", thread_id="t")  # refused before any lease is asked for
+            with pytest.raises(ConfigError, match="already exists with another task"):
+                agent.start("other", thread_id="t")  # refused before any lease is asked for
+            with pytest.raises(ThreadBusyError):
+                agent.start("go", thread_id="t")  # the same start is a resume: it needs the lease
             with pytest.raises(ThreadBusyError):
                 agent.resume("t")  # lease_wait_s=0: at once
             timer = threading.Timer(0.3, ledger.release_lease, args=(held,))

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from effectgate.cli._exit import ExitCode
+from effectgate.cli._loader import AgentRecipe
 
-__all__ = ["ExitCode", "main"]
+__all__ = ["AgentRecipe", "ExitCode", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import enum
 import getpass
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from effectgate.cli import _inspect, _lease
+from effectgate import _failpoints
+from effectgate.cli import _inspect, _lease, _loader, _recovery
 from effectgate.cli._exit import EXIT_CODE_HELP
-from effectgate.cli._output import DEFAULT_STATE_DIR, Output, handled
+from effectgate.cli._output import DEFAULT_STATE_DIR, Output, command_hint, handled
 from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_resume, run_task
 from effectgate.cli._signals import Mode
+from effectgate.errors import ConfigError
 
 __all__ = ["app"]
 
@@ -109,6 +112,15 @@ ReviewerOpt = Annotated[
         "--reviewer", help="Name recorded on approvals and verdicts (default: your user name)."
     ),
 ]
+AgentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        metavar="MODULE:FACTORY",
+        help="Build the agent (tools, model, policy) with your factory, e.g. myagent:build; "
+        "remembered for the thread in the state directory.",
+    ),
+]
 
 
 def _id_flag(value: str | None) -> str | None:
@@ -146,6 +158,11 @@ def _reviewer(name: str | None) -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (containers)
         return "cli"
+
+
+def _failpoint_hint(state_dir: Path, thread: str) -> None:
+    """Have a failpoint exit (``--crash-at``) print the command that continues the thread."""
+    os.environ[_failpoints.HINT_VAR] = command_hint(state_dir, "resume", "--thread", thread)
 
 
 def _flags(
@@ -196,7 +213,11 @@ def demo(
     """
     output = Output(json_mode=json_out)
     thread = thread or new_thread_id("demo")
-    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
+    _failpoint_hint(state_dir, thread)
+    with (
+        handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
+        _recovery.explained(output, state_dir),
+    ):
         code = run_demo(
             _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,
@@ -209,11 +230,35 @@ def demo(
 @app.command(epilog=EXIT_CODE_HELP)
 def run(
     *,
-    task: Annotated[str, typer.Argument(help="The request for the agent.")],
-    model: Annotated[
+    task: Annotated[
         str,
-        typer.Option("--model", help="'scripted:<name or path.yaml|json>' or 'openai:<model>'."),
+        typer.Argument(help="The request for the agent; on an existing --thread, a follow-up."),
     ],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="'scripted:<name or path.yaml|json>' or 'openai:<model>' (a new thread needs "
+            "it unless --agent gives one; a follow-up uses the thread's).",
+        ),
+    ] = None,
+    agent: AgentOpt = None,
+    supersede: Annotated[
+        bool,
+        typer.Option(
+            "--supersede",
+            help="A follow-up while a review waits: answer its calls that never started as "
+            "superseded (never one that may have started) instead of refusing.",
+        ),
+    ] = False,
+    request_id: Annotated[
+        str | None,
+        typer.Option(
+            "--request-id",
+            help="Your id for this follow-up: repeating the command with it continues the "
+            "turn it recorded instead of adding the message again.",
+        ),
+    ] = None,
     state_dir: StateDirOpt = _DEFAULT_STATE,
     store: StoreOpt = None,
     base_url: BaseUrlOpt = None,
@@ -241,20 +286,56 @@ def run(
     crash_at: CrashOpt = None,
     reviewer: ReviewerOpt = None,
 ) -> None:
-    """Start a new thread on TASK with any model and the built-in tools."""
+    """Start a thread on TASK (any model; built-in tools, or yours with --agent).
+
+    With --thread naming an existing thread, TASK is a follow-up message on it
+    (the same text as the thread's task resumes it instead).
+    """
     output = Output(json_mode=json_out)
     options = {"base_url": base_url, "api_key": api_key, "max_retries": max_retries}
+    flags = _flags(state_dir, approve, decisions, reviewer, crash_at, store=store)
+    given = thread
     thread = thread or new_thread_id("run")
-    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
-        code = run_task(
-            _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
-            output,
-            task=task,
-            model_spec=model,
-            model_options=options,
-            with_services=with_services,
-            thread_id=thread,
-        )
+    _failpoint_hint(state_dir, thread)
+    with (
+        handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
+        _recovery.explained(output, state_dir),
+    ):
+        if given is not None and _loader.recorded_task(state_dir, given) is not None:
+            code = _loader.run_followup(
+                flags,
+                output,
+                thread_id=thread,
+                message=task,
+                supersede=supersede,
+                request_id=request_id,
+                agent_spec=agent,
+                model_spec=model,
+                model_options=options,
+                with_services=with_services,
+            )
+        elif agent is not None:
+            code = _loader.run_start_with_agent(
+                flags,
+                output,
+                task=task,
+                agent_spec=agent,
+                model_spec=model,
+                model_options=options,
+                thread_id=thread,
+            )
+        elif model is None:
+            raise ConfigError("a new thread needs --model SPEC (or --agent MODULE:FACTORY)")
+        else:
+            code = run_task(
+                flags,
+                output,
+                task=task,
+                model_spec=model,
+                model_options=options,
+                with_services=with_services,
+                thread_id=thread,
+            )
     raise typer.Exit(code)
 
 
@@ -290,6 +371,7 @@ def resume(
             "does not say so (a thread started through the library).",
         ),
     ] = False,
+    agent: AgentOpt = None,
 ) -> None:
     """Continue a thread where it stopped (after review, a crash, Ctrl-C), repeating nothing.
 
@@ -297,7 +379,23 @@ def resume(
     A finished thread is only reported.
     """
     output = Output(json_mode=json_out)
-    with handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL):
+    _failpoint_hint(state_dir, thread)
+    with (
+        handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
+        _recovery.explained(output, state_dir),
+    ):
+        _loader.check_recorded(state_dir, thread)
+        if agent is not None or _loader.remembered_agent_at(state_dir, thread) is not None:
+            code = _loader.run_resume_with_agent(
+                _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
+                output,
+                thread_id=thread,
+                agent_spec=agent,
+                model_spec=model,
+                model_options={"base_url": base_url, "api_key": api_key},
+            )
+            raise typer.Exit(code)
+        _loader.check_builtin_tools(state_dir, thread)
         code = run_resume(
             _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,

@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,8 @@ from effectgate.retention import deleted_threads
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
-    from effectgate.ledger import Ledger, Operation
+    from effectgate.graph import RunResult
+    from effectgate.ledger import Ledger, Operation, ThreadRecord
     from effectgate.tools import ToolSpec
 
 __all__ = [
@@ -54,7 +56,9 @@ __all__ = [
     "threads",
 ]
 
-_OPEN_STATES = ("UNKNOWN", "NEEDS_RECONCILIATION")
+_VERDICT = "NEEDS_RECONCILIATION"
+_OPEN_STATES = ("IN_FLIGHT", "UNKNOWN", _VERDICT)
+"""Operation states ``pending`` lists: under way or left by a crash, or waiting for a verdict."""
 
 
 def _existing(path: Path) -> StateDir:
@@ -80,28 +84,69 @@ def failpoint_names() -> list[str]:
     return [point.value for point in Failpoint]
 
 
+def _thread_records(ledger: Ledger | None) -> list[ThreadRecord]:
+    """The ledger's threads, without the records of their follow-up turns."""
+    from effectgate.graph._agent import is_turn_record
+
+    records = ledger.list_threads() if ledger is not None else []
+    return [r for r in records if not is_turn_record(r.thread_id)]
+
+
+def _statuses(sd: StateDir, records: list[ThreadRecord]) -> list[tuple[ThreadRecord, RunResult]]:
+    """Each thread's status, read by an agent with that thread's tools (``--agent``) if known."""
+    from effectgate.cli._loader import inspection_agent_for, remembered_agent
+
+    out = []
+    plain = [r for r in records if remembered_agent(sd, r.thread_id) is None]
+    if plain:
+        with inspection_agent(sd) as agent:
+            out += [(r, agent.status(r.thread_id)) for r in plain]
+    for record in records:
+        if record in plain:
+            continue
+        with inspection_agent_for(sd, record.thread_id) as (agent, note):
+            status = agent.status(record.thread_id)
+        if note is not None:
+            status = replace(status, error=f"{note}; {status.error or ''}".rstrip("; "))
+        out.append((record, status))
+    order = {r.thread_id: i for i, r in enumerate(records)}
+    return sorted(out, key=lambda row: order[row[0].thread_id])
+
+
 def threads(state_dir: Path, output: Output) -> int:
-    """List every thread with its status."""
+    """List every thread with its status, and why an incomplete one is."""
     sd = _existing(state_dir)
     with _ledger(sd) as ledger:
-        records = ledger.list_threads() if ledger is not None else []
-    rows = []
-    if records:
-        with inspection_agent(sd) as agent:
-            gone = deleted_threads(agent.ledger)
-            rows = [
+        records = _thread_records(ledger)
+        gone = deleted_threads(ledger) if ledger is not None else {}
+    live = [r for r in records if r.thread_id not in gone]
+    statuses = {r.thread_id: st for r, st in (_statuses(sd, live) if live else [])}
+    if output.json_mode:
+        listed = []
+        for record in records:
+            if record.thread_id in gone:
+                entry = thread_json(record, _deleted(gone[record.thread_id]))
+            else:
+                status = statuses[record.thread_id]
+                entry = thread_json(record, status.status.value)
+                if status.status.value == "incomplete":
+                    entry["why"] = status.error
+            listed.append(entry)
+        output.emit_json({"threads": listed})
+    else:
+        output.out.print(
+            threads_table(
                 (
                     record,
                     _deleted(gone[record.thread_id])
                     if record.thread_id in gone
-                    else agent.status(record.thread_id).status.value,
+                    else _status_text(
+                        statuses[record.thread_id].status.value, statuses[record.thread_id].error
+                    ),
                 )
                 for record in records
-            ]
-    if output.json_mode:
-        output.emit_json({"threads": [thread_json(record, status) for record, status in rows]})
-    else:
-        output.out.print(threads_table(rows))
+            )
+        )
     return 0
 
 
@@ -110,11 +155,15 @@ def _deleted(tombstone: Any) -> str:
     return f"deleted ({at}, by {tombstone.deleted_by}: {tombstone.reason})"
 
 
+def _status_text(status: str, why: str | None) -> str:
+    return f"{status}: {why}" if status == "incomplete" and why else status
+
+
 def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
     """Show everything awaiting review or reconciliation."""
     sd = _existing(state_dir)
     with _ledger(sd) as ledger:
-        records = ledger.list_threads() if ledger is not None else []
+        records = _thread_records(ledger)
         ops = (
             ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES))
             if ledger is not None
@@ -125,18 +174,26 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
         if not records:
             raise ConfigError(f"unknown thread {thread_id!r} in {sd.root}")
     waiting: list[dict[str, Any]] = []
-    if records:
-        with inspection_agent(sd) as agent:
-            for record in records:
-                status = agent.status(record.thread_id)
-                if status.interrupts:
-                    waiting.append(
-                        {
-                            "thread_id": record.thread_id,
-                            "status": status.status.value,
-                            "interrupts": [interrupt_json(i) for i in status.interrupts],
-                        }
-                    )
+    for record, status in _statuses(sd, records) if records else []:
+        if status.interrupts:
+            waiting.append(
+                {
+                    "thread_id": record.thread_id,
+                    "status": status.status.value,
+                    "interrupts": [interrupt_json(i) for i in status.interrupts],
+                }
+            )
+        elif status.status.value == "incomplete" and status.error and "needs" in status.error:
+            # Waiting for something this CLI's tools cannot run (a custom tool):
+            # say so instead of "nothing is waiting".
+            waiting.append(
+                {
+                    "thread_id": record.thread_id,
+                    "status": status.status.value,
+                    "interrupts": [],
+                    "unanswerable": status.error,
+                }
+            )
     if output.json_mode:
         output.emit_json({"threads": waiting, "operations": [operation_json(o) for o in ops]})
         return 0
@@ -157,6 +214,11 @@ def _print_pending(
         output.out.print("nothing is waiting for review or reconciliation")
         return
     for entry in waiting:
+        if entry.get("unanswerable"):
+            output.out.print(
+                f"[yellow]waiting[/] thread {escape(entry['thread_id'])}: "
+                f"{escape(entry['unanswerable'])}"
+            )
         for item in entry["interrupts"]:
             value = item["value"]
             if item["kind"] == "review":
@@ -178,8 +240,19 @@ def _print_pending(
                 output.out.print(f"  [bold red]previous answer refused:[/] {escape(item['error'])}")
     if ops:
         output.out.print(operations_table(ops, title="operations with an unknown outcome"))
-        settle = command_hint(state_dir, "reconcile", "OP", "--succeeded", "REF")
-        output.out.print(escape(f"settle one with: {settle}  (or --failed)"))
+        for thread in sorted({op.thread_id for op in ops if op.state.value != _VERDICT}):
+            # IN_FLIGHT: under way in a live run, or left by one that died
+            # (kill -9) after claiming it; UNKNOWN: the outcome is to be looked up.
+            resume = command_hint(state_dir, "resume", "--thread", thread)
+            output.out.print(
+                escape(
+                    f"thread {thread}: a call may have been under way when its run stopped; "
+                    f"{resume} looks its outcome up by idempotency key and runs nothing twice"
+                )
+            )
+        if any(op.state.value == _VERDICT for op in ops):
+            settle = command_hint(state_dir, "reconcile", "OP", "--succeeded", "REF")
+            output.out.print(escape(f"settle one with: {settle}  (or --failed)"))
 
 
 def _check_ids(
@@ -335,7 +408,11 @@ def reconcile(
             )
             worker = f"cli-reconcile:{os.getpid()}"
             with contextlib.ExitStack() as stack:
-                tools = {} if succeeded is not None else _lookup_tools(sd, op.tool, stack, output)
+                tools = (
+                    {}
+                    if succeeded is not None
+                    else _lookup_tools(sd, op.tool, stack, output, thread_id=op.thread_id)
+                )
                 dispatcher = Dispatcher(ledger, tools, worker=worker)
                 op = dispatcher.apply_verdict(operation_id, verdict)
     if output.json_mode:
@@ -352,18 +429,31 @@ _SERVICE_TOOLS = frozenset({"create_ticket", "send_email"})
 
 
 def _lookup_tools(
-    sd: StateDir, tool: str, stack: contextlib.ExitStack[Any], output: Output
+    sd: StateDir,
+    tool: str,
+    stack: contextlib.ExitStack[Any],
+    output: Output,
+    *,
+    thread_id: str | None = None,
 ) -> dict[str, ToolSpec]:
-    """The built-in tools, to check a "failed" verdict against the tool's lookup.
+    """The thread's tools, to check a "failed" verdict against the tool's lookup.
 
-    The ticket and mail lookups need the demo services: they are started for
-    the check (``stack`` stops them). A tool this command does not have (a
-    library's own) cannot be looked up: the verdict is applied unchecked, and
-    a note says so.
+    A thread run with ``--agent`` uses that agent's tools; otherwise the
+    built-in ones. The ticket and mail lookups need the demo services: they
+    are started for the check (``stack`` stops them). A tool this command does
+    not have (a library's own, without ``--agent``) cannot be looked up: the
+    verdict is applied unchecked, and a note says so.
     """
     from effectgate._app import default_tools
+    from effectgate.cli._loader import load_recipe, remembered_agent
     from effectgate.demo import DemoServices
+    from effectgate.graph._build import to_specs
 
+    spec = remembered_agent(sd, thread_id) if thread_id is not None else None
+    if spec is not None:
+        found = to_specs(load_recipe(spec, sd).tools)
+        if tool in found and found[tool].reconciler is not None:
+            return found
     endpoints = None
     if tool in _SERVICE_TOOLS:
         endpoints = stack.enter_context(DemoServices(sd.services)).endpoints

@@ -106,6 +106,8 @@ class _Plan:
     prepare: Callable[[DemoServices], None] = field(default=lambda services: None)
     resuming: bool = False
     """A resume: its decisions were meant for a review already waiting."""
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+    """``open_agent`` keywords of a ``--agent`` recipe (tools, policy, system prompt)."""
 
 
 def new_thread_id(kind: str) -> str:
@@ -257,6 +259,7 @@ def _execute(
                 # ride over another command's brief hold (e.g. a concurrent
                 # start that only finds the thread exists) before exiting 75
                 lease_wait_s=LEASE_WAIT_S,
+                **plan.agent_options,
             )
         )
         output.progress(f"thread {plan.thread_id} (state in {sd.root})")

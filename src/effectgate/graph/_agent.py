@@ -42,14 +42,21 @@ from effectgate._recent import Recent
 from effectgate.dispatch import Verdict, validate_verdict
 from effectgate.errors import ConfigError, DecisionError, LedgerError, ThreadBusyError
 from effectgate.graph._build import AgentParts, build_agent
+from effectgate.graph._messages import pending_calls
 from effectgate.graph._policy import Policy
 from effectgate.graph._saver import StepDurableSaver
 from effectgate.graph._state import effect_node_name
-from effectgate.ledger import Lease, Ledger, Operation, OpState
+from effectgate.ledger import Approval, Lease, Ledger, Operation, OpState, ThreadRecord
 from effectgate.retention import PrunePolicy, PruneReport, prune, refuse_deleted
 from effectgate.tools import ToolSpec
 
-__all__ = ["Agent", "PendingInterrupt", "RunResult", "RunStatus"]
+__all__ = ["SUPERSEDED", "Agent", "PendingInterrupt", "RunResult", "RunStatus", "turn_message_id"]
+
+SUPERSEDED = "Superseded by a new message from the user; the tool was not executed."
+"""The answer ``Agent.send(..., supersede=True)`` gives a pending call that never started."""
+
+_TURN = "#turn-"
+"""Follow-up turn ``n`` of thread ``T`` is recorded as the ledger thread ``T#turn-n``."""
 
 
 class RunStatus(enum.StrEnum):
@@ -182,47 +189,299 @@ class Agent:
     def start(
         self, task: str, *, thread_id: str | None = None, metadata: Mapping[str, Any] | None = None
     ) -> RunResult:
-        """Start a new thread on ``task`` and run until done or an interrupt.
+        """Start a thread on ``task``, or resume it if it was started with that task.
 
         The input is recorded in the ledger first, so a run killed before its
-        first checkpoint can be started again by ``resume``.
+        first checkpoint can be started again by ``resume`` (or by calling
+        ``start`` again). A repeated start with the same thread id and task is
+        a resume, as durable-execution engines treat a repeated workflow id
+        (Temporal's workflow-id reuse, DBOS's idempotent workflow ids): a
+        client that retries its start request after a timeout or a crash
+        continues the one thread instead of failing or starting a second.
 
         Args:
             task: the user's request (the first human message).
             thread_id: fix the thread id; default a new random one.
             metadata: stored with the thread record (e.g. the model spec, so a
                 later ``resume`` in a new process can rebuild the same agent).
+                Write-once: a repeated start keeps the first metadata.
 
         Returns:
             The thread's state after the run.
 
         Raises:
-            ConfigError: the task is blank, or the thread already exists (use ``resume``).
+            ConfigError: the task is blank, the id ends like a follow-up turn's
+                record (``#turn-<n>``), or the thread exists with another task
+                (the message names both; use ``send`` for a follow-up).
             ThreadBusyError: another live runner holds the thread.
         """
         if not task.strip():
             raise ConfigError("the task is empty: say what the agent should do")
         thread_id = thread_id or uuid.uuid4().hex
-        existing = self.ledger.get_thread(thread_id)
-        if existing is not None and dict(existing.input) != {"task": task}:
-            raise ConfigError(f"thread {thread_id!r} already exists with another task")
+        if is_turn_record(thread_id):
+            raise ConfigError(
+                f"thread id {thread_id!r}: ids ending in '{_TURN}<n>' name the follow-up turns "
+                "of a thread; choose another id"
+            )
         # The tools the thread starts with, so a later resume can refuse an
         # agent rebuilt without one of them (see ``_missing_nodes``).
         record_meta = {**(metadata or {}), "tools": sorted(self.parts.specs)}
-        self.ledger.record_thread(thread_id, {"task": task}, record_meta)
-        # Look before taking the lease: a late starter that only has to say
-        # "already exists" must not hold the thread while its runner wants it back.
-        self._refuse_existing(thread_id)
+        record = self.ledger.record_thread(thread_id, {"task": task}, record_meta)
+        if dict(record.input) != {"task": task}:
+            raise ConfigError(
+                f"thread {thread_id!r} already exists with another task: it was started with "
+                f"{_clip(record.input.get('task'))}, not {_clip(task)}; send a follow-up "
+                "message instead (Agent.send, or effectgate run --thread)"
+            )
+        notes: list[str] = []
+        with self._lease(thread_id, notes):
+            # Nothing checkpointed: ``_resume`` starts from the recorded input.
+            result = self._resume(thread_id, None, None)
+            result = self._with_shared(self._next_turn(thread_id, result))
+        return _noted(result, notes)
+
+    def send(
+        self,
+        thread_id: str,
+        message: str,
+        *,
+        supersede: bool = False,
+        request_id: str | None = None,
+    ) -> RunResult:
+        """Add a human turn to an existing thread and run it until done or an interrupt.
+
+        Named after LangChain chat ``send``-style follow-ups: in LangGraph a
+        follow-up is ``graph.invoke({"messages": [HumanMessage(...)]}, config)``
+        on the same ``thread_id``; ``send`` is that call, made safe. The turn
+        is recorded in the ledger before it runs, under a deterministic
+        message id (``turn_message_id``), so a process killed right after
+        recording it is completed by ``resume`` (or by sending the same
+        message again) and the message is added exactly once. Operations,
+        business keys, possible-duplicate flags and receipts are the
+        ledger's, not the turn's: a later turn asking for an earlier turn's
+        ticket gets its receipt, not a second ticket.
+
+        A thread waiting at a review or a reconciliation refuses a new
+        message, naming what waits and how to answer it. With
+        ``supersede=True`` each call waiting at a review whose operation
+        provably never started (no operation, PROPOSED, APPROVED with attempt
+        0, or REJECTED in the ledger) is answered "superseded by a new message,
+        not executed" (its operation, if this call opened it, is rejected in
+        the ledger) and the message follows; a call whose operation may have
+        started, or a pending reconciliation, is never superseded.
+
+        Args:
+            thread_id: an existing thread.
+            message: the user's follow-up.
+            supersede: answer pending review calls that never started as
+                superseded instead of refusing.
+            request_id: the caller's id for this message: a repeated ``send``
+                with the same ``request_id`` resumes the turn it recorded
+                instead of adding the message again (a client retrying after a
+                timeout). Without it, only a recorded turn that has not run
+                yet is recognised as the same message.
+
+        Returns:
+            The thread's state after the run.
+
+        Raises:
+            ConfigError: the message is blank; the thread is unknown, has not
+                run its first task, has unfinished work or a recorded turn not
+                yet run (``resume`` first), or waits at a review or
+                reconciliation (the message says which and how to answer).
+            ThreadBusyError: another live runner holds the thread.
+        """
+        if not message.strip():
+            raise ConfigError("the message is empty: say what the agent should do")
         notes: list[str] = []
         with self._lease(thread_id, notes):
             refuse_deleted(self.ledger, thread_id)
-            self._refuse_existing(thread_id)
-            result = self._with_shared(self._run(thread_id, {"messages": [HumanMessage(task)]}))
+            result = self._send(thread_id, message, supersede=supersede, request_id=request_id)
         return _noted(result, notes)
 
-    def _refuse_existing(self, thread_id: str) -> None:
-        if self.graph.get_state(self._config(thread_id)).metadata is not None:
-            raise ConfigError(f"thread {thread_id!r} already exists; resume it instead")
+    def _send(
+        self, thread_id: str, message: str, *, supersede: bool, request_id: str | None
+    ) -> RunResult:
+        # Runs under the thread's lease (``send``).
+        turns = self._turns(thread_id)
+        snapshot = self.graph.get_state(self._config(thread_id))
+        seen = {m.id for m in snapshot.values.get("messages", [])}
+        for turn in turns:
+            if request_id is not None and turn.input.get("request_id") == request_id:
+                # A retry of a turn already recorded: continue the thread.
+                result = self._resume(thread_id, None, None)
+                return self._with_shared(self._next_turn(thread_id, result))
+        last = turns[-1] if turns else None
+        if last is not None and _turn_id(thread_id, last) not in seen:
+            if last.input.get("message") != message:
+                raise ConfigError(
+                    f"thread {thread_id!r}: turn {last.input.get('turn')} "
+                    f"({_clip(last.input.get('message'))}) is recorded but has not run "
+                    "yet: resume the thread first"
+                )
+            record = last  # the same message sent again: run the recorded turn
+        else:
+            self._check_at_rest(thread_id, snapshot, supersede=supersede)
+            record = self.ledger.record_thread(
+                _turn_key(thread_id, len(turns) + 2),
+                {
+                    "thread_id": thread_id,
+                    "turn": len(turns) + 2,
+                    "message": message,
+                    "supersede": supersede,
+                    "request_id": request_id,
+                },
+                {"kind": "turn", "thread": thread_id},
+            )
+        return self._with_shared(self._apply_turn(thread_id, record, supersede=supersede))
+
+    def _turns(self, thread_id: str) -> list[ThreadRecord]:
+        """The thread's recorded follow-up turns (2, 3, ...), oldest first."""
+        out: list[ThreadRecord] = []
+        while (found := self.ledger.get_thread(_turn_key(thread_id, len(out) + 2))) is not None:
+            out.append(found)
+        return out
+
+    def _check_at_rest(self, thread_id: str, snapshot: Any, *, supersede: bool) -> None:
+        """Refuse a new turn unless the thread is done, or waits only at supersedable calls."""
+        if snapshot.metadata is None:
+            if self.ledger.get_thread(thread_id) is None:
+                raise ConfigError(
+                    f"unknown thread {thread_id!r}: start it first (Agent.start, or "
+                    f"effectgate run --thread {thread_id} TASK)"
+                )
+            raise ConfigError(
+                f"thread {thread_id!r} has not run its first task yet: resume it first"
+            )
+        self._check_nodes(thread_id, snapshot)
+        pending = self._interrupts(snapshot)
+        if not pending:
+            if snapshot.tasks:
+                raise ConfigError(
+                    f"thread {thread_id!r} has unfinished work (a crash, a stop, a model "
+                    "error): resume it first, then send the message"
+                )
+            return
+        blocking = [_pending_line(item) for item in pending if item.kind != "review"]
+        if blocking or not supersede:
+            raise ConfigError(
+                f"thread {thread_id!r} is waiting: {'; '.join(map(_pending_line, pending))}. "
+                "Answer it first (Agent.resume with decisions=/verdicts=, or effectgate resume "
+                f"--thread {thread_id}); or send with supersede=True (--supersede) to answer "
+                "calls that never started as superseded"
+            )
+        self._supersede_plan(thread_id, pending)  # raises if one may have started
+
+    def _supersede_plan(
+        self, thread_id: str, pending: Sequence[PendingInterrupt]
+    ) -> list[tuple[Mapping[str, Any], Operation | None]]:
+        """The review calls to answer as superseded, each with its operation (proof).
+
+        Raises:
+            ConfigError: a pending reconciliation, or a call whose operation
+                may have started (named, with its state and attempt).
+        """
+        plan: list[tuple[Mapping[str, Any], Operation | None]] = []
+        for item in pending:
+            if item.kind != "review":
+                raise ConfigError(
+                    f"thread {thread_id!r}: {_pending_line(item)} may have taken effect and is "
+                    "never superseded: settle it first (effectgate reconcile)"
+                )
+            for action in item.value.get("action_requests", []):
+                op = self.ledger.get(str(action.get("operation_id")))
+                if op is not None and not _never_started(op):
+                    raise ConfigError(
+                        f"thread {thread_id!r}: {action.get('name')} ({op.operation_id}) is "
+                        f"{op.state.value} at attempt {op.attempt} and may have started: it is "
+                        "never superseded; answer the review first"
+                    )
+                plan.append((action, op))
+        return plan
+
+    def _apply_turn(self, thread_id: str, record: ThreadRecord, *, supersede: bool) -> RunResult:
+        """Add a recorded turn's message (once: its id is deterministic) and run it."""
+        # Runs under the thread's lease.
+        self.ledger.recover_in_flight(thread_id=thread_id)
+        config = self._config(thread_id)
+        snapshot = self.graph.get_state(config)
+        message_id = _turn_id(thread_id, record)
+        if any(m.id == message_id for m in snapshot.values.get("messages", [])):
+            return self._resume(thread_id, None, None)  # added before a crash: continue
+        human = HumanMessage(str(record.input.get("message", "")), id=message_id)
+        supersede = supersede or bool(record.input.get("supersede"))
+        self._check_at_rest(thread_id, snapshot, supersede=supersede)
+        pending = self._interrupts(snapshot)
+        if not pending:
+            return self._run(thread_id, {"messages": [human]})
+        answers = self._supersede(thread_id, snapshot, self._supersede_plan(thread_id, pending))
+        # One checkpoint holds the answers and the message, written as if the
+        # tools node had answered the calls: the pending review is left
+        # behind with the old checkpoint and the agent node runs next.
+        self.graph.update_state(config, {"messages": [*answers, human]}, as_node="tools")
+        self._stops.pop(thread_id, None)
+        return self._run(thread_id, None)
+
+    def _supersede(
+        self,
+        thread_id: str,
+        snapshot: Any,
+        plan: Sequence[tuple[Mapping[str, Any], Operation | None]],
+    ) -> list[ToolMessage]:
+        """Reject in the ledger the operations these calls opened; answer every pending call."""
+        now = self.parts.clock.now()
+        approvals = [
+            Approval(
+                operation_id=op.operation_id,
+                thread_id=thread_id,
+                tool_call_id=str(action["tool_call_id"]),
+                decision="reject",
+                intent_hash=op.intent_hash,
+                reviewer="effectgate: superseded by a new message",
+                message=SUPERSEDED,
+                decided_at=now,
+            )
+            for action, op in plan
+            if op is not None
+            and op.state in (OpState.PROPOSED, OpState.APPROVED)
+            and (op.thread_id, op.tool_call_id) == (thread_id, action.get("tool_call_id"))
+        ]
+        if approvals:
+            self.ledger.record_review([], approvals)
+        by_call = {str(a["tool_call_id"]): (a, op) for a, op in plan}
+        answers = []
+        for call in pending_calls(snapshot.values.get("messages", [])):
+            _, op = by_call.get(call.id, (None, None))
+            payload = {"status": "superseded", "message": SUPERSEDED, "executed": False}
+            if op is not None:
+                payload["operation_id"] = op.operation_id
+            answers.append(
+                ToolMessage(
+                    content=json.dumps(payload, sort_keys=True),
+                    tool_call_id=call.id,
+                    name=call.name,
+                    status="error",
+                )
+            )
+        return answers
+
+    def _next_turn(self, thread_id: str, result: RunResult) -> RunResult:
+        """After a resume: run a recorded turn a crash left unapplied, if any."""
+        if result.status not in (RunStatus.DONE, RunStatus.WAITING_REVIEW):
+            return result
+        turns = self._turns(thread_id)
+        if not turns:
+            return result
+        last = turns[-1]
+        if result.status is RunStatus.WAITING_REVIEW and not last.input.get("supersede"):
+            return result
+        seen = {m.id for m in self.messages(thread_id)}
+        if _turn_id(thread_id, last) in seen:
+            return result
+        try:
+            return self._apply_turn(thread_id, last, supersede=False)
+        except ConfigError as exc:
+            return replace(result, error=str(exc))
 
     def resume(
         self,
@@ -252,7 +511,8 @@ class Agent:
         """
         notes: list[str] = []
         with self._lease(thread_id, notes):
-            result = self._with_shared(self._resume(thread_id, decisions, verdicts))
+            result = self._resume(thread_id, decisions, verdicts)
+            result = self._with_shared(self._next_turn(thread_id, result))
         return _noted(result, notes)
 
     def _resume(
@@ -344,6 +604,19 @@ class Agent:
     ) -> RunResult:
         """``resume`` for async code (see ``astart`` for how it runs and is cancelled)."""
         return await self._in_thread(self.resume, thread_id, decisions=decisions, verdicts=verdicts)
+
+    async def asend(
+        self,
+        thread_id: str,
+        message: str,
+        *,
+        supersede: bool = False,
+        request_id: str | None = None,
+    ) -> RunResult:
+        """``send`` for async code (see ``astart`` for how it runs and is cancelled)."""
+        return await self._in_thread(
+            self.send, thread_id, message, supersede=supersede, request_id=request_id
+        )
 
     async def areplay(self, thread_id: str, checkpoint_id: str) -> RunResult:
         """``replay`` for async code (see ``astart`` for how it runs and is cancelled)."""
@@ -440,8 +713,27 @@ class Agent:
     # ------------------------------------------------------------- inspection
 
     def status(self, thread_id: str) -> RunResult:
-        """Read where a thread stands, without running anything."""
-        return self._with_shared(self._status(thread_id))
+        """Read where a thread stands, without running anything.
+
+        A thread whose last follow-up turn was recorded but has not run yet
+        (a crash right after ``send`` recorded it) is ``INCOMPLETE``, with
+        the turn named in ``error``: ``resume`` runs it.
+        """
+        result = self._status(thread_id)
+        if result.status is RunStatus.DONE:
+            turns = self._turns(thread_id)
+            if turns and _turn_id(thread_id, turns[-1]) not in {
+                m.id for m in self.messages(thread_id)
+            }:
+                turn = turns[-1].input
+                result = replace(
+                    result,
+                    status=RunStatus.INCOMPLETE,
+                    final_message=None,
+                    error=f"turn {turn.get('turn')} ({_clip(turn.get('message'))}) is recorded "
+                    "but has not run yet: resume runs it",
+                )
+        return self._with_shared(result)
 
     def _status(self, thread_id: str) -> RunResult:
         snapshot = self.graph.get_state(self._config(thread_id))
@@ -956,7 +1248,8 @@ def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
     return (
         f"thread {thread_id!r} has pending work and needs {', '.join(missing)}, which this "
         "agent does not have; rebuild it with the same tools the thread started with "
-        "(from the CLI: resume --with-services brings the demo ticket and mail tools)"
+        "(from the CLI: --agent MODULE:FACTORY loads an agent with your own tools; "
+        "resume --with-services brings the demo ticket and mail tools)"
     )
 
 
@@ -965,3 +1258,52 @@ def _final_text(messages: Sequence[AnyMessage]) -> str | None:
         if isinstance(msg, AIMessage):
             return msg.text if hasattr(msg, "text") else str(msg.content)
     return None
+
+
+def turn_message_id(thread_id: str, turn: int) -> str:
+    """Return the message id of follow-up turn ``turn`` (2, 3, ...) of a thread.
+
+    Deterministic, so adding the turn's message again after a crash replaces
+    it instead of appending a second copy (LangGraph's ``add_messages``
+    reducer replaces a message with the same id).
+    """
+    return f"turn-{uuid.uuid5(uuid.NAMESPACE_URL, f'effectgate:{thread_id}:{turn}').hex}"
+
+
+def is_turn_record(thread_id: str) -> bool:
+    """Whether a ledger thread record is a follow-up turn (``T#turn-n``), not a thread."""
+    head, sep, tail = thread_id.rpartition(_TURN)
+    return bool(sep and head and tail.isdigit())
+
+
+def _turn_key(thread_id: str, turn: int) -> str:
+    return f"{thread_id}{_TURN}{turn}"
+
+
+def _turn_id(thread_id: str, record: ThreadRecord) -> str:
+    return turn_message_id(thread_id, int(record.input.get("turn", 0)))
+
+
+def _never_started(op: Operation) -> bool:
+    """Proof from the ledger that an operation never ran (nor may run under this approval)."""
+    if op.state is OpState.REJECTED:
+        return True
+    return op.state in (OpState.PROPOSED, OpState.APPROVED) and op.attempt == 0
+
+
+def _pending_line(item: PendingInterrupt) -> str:
+    if item.kind == "review":
+        calls = ", ".join(
+            f"{a.get('name')} ({a.get('operation_id')})"
+            for a in item.value.get("action_requests", [])
+        )
+        return f"review {item.id} of {calls}"
+    return (
+        f"reconciliation of {item.value.get('tool')} ({item.value.get('operation_id')}), "
+        f"attempt {item.value.get('attempt')}"
+    )
+
+
+def _clip(text: Any, limit: int = 80) -> str:
+    text = str(text)
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")

@@ -56,7 +56,10 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 _TEMPLATE_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _REF_RE = re.compile(r"result(\.[^\s.{}]+){1,}")
 _SUCCESS = frozenset({"ok", "success", "succeeded", "done"})
-_TOP_KEYS = frozenset({"name", "turns", "final"})
+_OUTCOMES = "outcomes"
+"""``{{ outcomes }}``: what each side effect since the last human message actually did."""
+_TOP_KEYS = frozenset({"name", "turns", "final", "followups"})
+_FOLLOWUP_KEYS = frozenset({"turns", "final"})
 _TURN_KEYS = frozenset({"say", "tool_calls", "when", "otherwise"})
 _CALL_KEYS = frozenset({"name", "args", "id"})
 _WHEN_KEYS = frozenset({"path", "op", "value"})
@@ -81,7 +84,7 @@ def _check_keys(obj: Any, allowed: frozenset[str], source: str, where: str) -> N
 def _check_templates(value: Any, source: str, where: str) -> None:
     if isinstance(value, str):
         for ref in _TEMPLATE_RE.findall(value):
-            if not _REF_RE.fullmatch(ref):
+            if ref != _OUTCOMES and not _REF_RE.fullmatch(ref):
                 raise _fail(source, where, f"template {{{{ {ref} }}}} is not result.<tool>.<field>")
     elif isinstance(value, Mapping):
         for key, item in value.items():
@@ -147,6 +150,18 @@ def validate_script(script: Any, *, source: str = "<mapping>") -> dict[str, Any]
             raise _fail(source, "top level", f"'{key}' must be a string")
     for k, turn in enumerate(script["turns"]):
         _check_turn(turn, source, f"turns[{k}]")
+    followups = script.get("followups", [])
+    if not isinstance(followups, list):
+        raise _fail(source, "top level", "'followups' must be a list of {turns, final?}")
+    for h, part in enumerate(followups):
+        where = f"followups[{h}]"
+        _check_keys(part, _FOLLOWUP_KEYS, source, where)
+        if not isinstance(part.get("turns", []), list):
+            raise _fail(source, where, "'turns' must be a list of turns")
+        if not isinstance(part.get("final", ""), str):
+            raise _fail(source, where, "'final' must be a string")
+        for k, turn in enumerate(part.get("turns", [])):
+            _check_turn(turn, source, f"{where}.turns[{k}]")
     try:
         clean: dict[str, Any] = json.loads(canonical_json(script))
     except (TypeError, ValueError) as exc:
@@ -187,14 +202,38 @@ def _status_phrase(tool: str, obj: Any, message: ToolMessage) -> str:
     return f"{tool} {phrase}{detail}"
 
 
+def _outcome_phrase(tool: str, message: ToolMessage) -> str | None:
+    """One side effect's outcome in words, from its ToolMessage; ``None`` for a read."""
+    try:
+        obj = json.loads(_text_of(message))
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, Mapping) or "operation_id" not in obj:
+        return None  # reads and malformed calls carry no operation
+    status = str(obj.get("status", "")).lower()
+    if status in _SUCCESS:
+        ref = obj.get("reference")
+        where = f" ({ref})" if isinstance(ref, str) and ref else ""
+        if obj.get("reused"):
+            return f"{tool} was not repeated: its earlier receipt{where} was reused"
+        return f"{tool} ran{where}"
+    if status == "superseded":
+        return f"{tool} was superseded by a new message and not executed"
+    return _status_phrase(tool, obj, message) or f"{tool} did not run"
+
+
 class _History:
     """The latest ToolMessage per tool name, found via the tool call each one answers."""
 
     def __init__(self, messages: Sequence[BaseMessage]) -> None:
         names: dict[str, str] = {}
         self.latest: dict[str, ToolMessage] = {}
+        self.outcomes: list[str] = []
+        """What each side effect since the last human message did, in order."""
         for message in messages:
-            if isinstance(message, AIMessage):
+            if isinstance(message, HumanMessage):
+                self.outcomes = []
+            elif isinstance(message, AIMessage):
                 for call in [*message.tool_calls, *message.invalid_tool_calls]:
                     if call.get("id") and call.get("name"):
                         names[str(call["id"])] = str(call["name"])
@@ -202,9 +241,18 @@ class _History:
                 name = names.get(message.tool_call_id) or message.name
                 if name:
                     self.latest[name] = message
+                    phrase = _outcome_phrase(name, message)
+                    if phrase is not None:
+                        self.outcomes.append(phrase)
 
     def resolve(self, ref: str) -> Any:
-        """Return the value at ``result.<tool>.<field>...``, or raise ``_Unresolved``."""
+        """Return the value at ``result.<tool>.<field>...``, or raise ``_Unresolved``.
+
+        ``outcomes`` is the sentence of what each side effect since the last
+        human message did (ran, reused, rejected, failed).
+        """
+        if ref == _OUTCOMES:
+            return "; ".join(self.outcomes) if self.outcomes else "no side effect ran"
         _, tool, *fields = ref.split(".")
         message = self.latest.get(tool)
         if message is None:
@@ -247,6 +295,14 @@ def _render(value: Any, history: _History) -> Any:
     return value
 
 
+def _render_final(value: str, history: _History) -> str:
+    """The final answer's text, with any template filled in where it resolves."""
+    try:
+        return str(_render(value, history))
+    except _Unresolved:
+        return value
+
+
 def _holds(when: Mapping[str, Any], history: _History) -> bool:
     found = history.resolve(when["path"])
     try:
@@ -283,7 +339,12 @@ def _parse_raw_args(raw: str) -> dict[str, Any] | None:
 
 
 def _build_calls(
-    k: int, calls: Sequence[Mapping[str, Any]], history: _History, *, fresh_ids: bool
+    k: int,
+    calls: Sequence[Mapping[str, Any]],
+    history: _History,
+    *,
+    fresh_ids: bool,
+    salt: str = "",
 ) -> tuple[list[ToolCall], list[InvalidToolCall]]:
     good: list[ToolCall] = []
     bad: list[InvalidToolCall] = []
@@ -294,7 +355,9 @@ def _build_calls(
         elif fresh_ids:
             call_id = f"call_{uuid.uuid4().hex[:24]}"
         else:
-            call_id = f"call_{_digest(f'{k}:{i}:{name}:{_canonical_args(args)}')}"
+            # ``salt`` (the follow-up number) keeps a follow-up's ids apart
+            # from the task's: a real model never reuses a call id.
+            call_id = f"call_{_digest(f'{salt}{k}:{i}:{name}:{_canonical_args(args)}')}"
         parsed = _parse_raw_args(args) if isinstance(args, str) else args
         if parsed is None:
             # Same outcome as ChatOpenAI for arguments that are not a JSON object.
@@ -406,17 +469,33 @@ class ScriptedChatModel(BaseChatModel):
         humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
         start = humans[-1] + 1 if humans else 0
         k = sum(1 for m in messages[start:] if isinstance(m, AIMessage))
-        turns: list[dict[str, Any]] = self.script["turns"]
+        # 0: the task; 1, 2, ...: follow-up messages. A script without
+        # ``followups`` plays ``turns`` again after every human message.
+        h = max(len(humans) - 1, 0) if "followups" in self.script else 0
+        part = self._part(h)
+        turns: list[dict[str, Any]] = part.get("turns", [])
         history = _History(messages)
         calls: tuple[list[ToolCall], list[InvalidToolCall]] = ([], [])
         if k >= len(turns):
-            content = self.script.get("final", DEFAULT_FINAL)
+            content = str(_render_final(part.get("final", DEFAULT_FINAL), history))
         else:
-            content, calls = self._play(k, turns[k], history)
+            content, calls = self._play(k, turns[k], history, salt=f"{h}:" if h else "")
         return self._message(len(messages), k, content, *calls)
 
+    def _part(self, h: int) -> Mapping[str, Any]:
+        """The script for the ``h``-th human message: the task's, or ``followups[h-1]``.
+
+        A follow-up past the list answers the top-level ``final``.
+        """
+        if h == 0:
+            return self.script
+        followups: list[dict[str, Any]] = self.script.get("followups", [])
+        if h <= len(followups):
+            return {"final": self.script.get("final", DEFAULT_FINAL), **followups[h - 1]}
+        return {"final": self.script.get("final", DEFAULT_FINAL)}
+
     def _play(
-        self, k: int, turn: Mapping[str, Any], history: _History
+        self, k: int, turn: Mapping[str, Any], history: _History, *, salt: str = ""
     ) -> tuple[str, tuple[list[ToolCall], list[InvalidToolCall]]]:
         try:
             if "when" in turn and not _holds(turn["when"], history):
@@ -425,7 +504,7 @@ class ScriptedChatModel(BaseChatModel):
                 return str(_render(turn.get("otherwise", default), history)), ([], [])
             content = str(_render(turn.get("say", ""), history))
             return content, _build_calls(
-                k, turn.get("tool_calls", []), history, fresh_ids=self.fresh_ids
+                k, turn.get("tool_calls", []), history, fresh_ids=self.fresh_ids, salt=salt
             )
         except _Unresolved as exc:
             stop = f"I cannot continue: {exc}. Stopping here; nothing further was proposed."

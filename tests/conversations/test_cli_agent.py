@@ -1,0 +1,79 @@
+"""The CLI driving a library-built agent with a custom tool, through ``--agent``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from effectgate._app import StateDir, open_agent
+from effectgate.graph import RunStatus
+from tests.cli.conftest import eg
+from tests.conversations import _custom_agent
+
+AGENT = "tests.conversations._custom_agent:build"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bells(sd: StateDir) -> list[str]:
+    return sorted(p.read_text() for p in (sd.workspace / "bells").glob("*.txt"))
+
+
+def test_a_library_thread_with_a_custom_tool_from_pending_to_done(state_dir: StateDir) -> None:
+    recipe = _custom_agent.build(state_dir)
+    with open_agent(
+        state_dir, model=recipe.model or "", tools=recipe.tools, policy=recipe.policy
+    ) as agent:
+        waiting = agent.start(_custom_agent.TASK, thread_id="b")
+    assert waiting.status is RunStatus.WAITING_REVIEW
+    sd = ["--state-dir", str(state_dir.root)]
+
+    # Without --agent the CLI cannot run ring_bell: it says so, and how to provide it.
+    pending = eg("pending", *sd, cwd=ROOT)
+    assert pending.code == 0, pending.stderr
+    assert "nothing is waiting" not in pending.stdout
+    assert "tool ring_bell" in pending.stdout and "--agent" in pending.stdout
+    listed = json.loads(eg("threads", *sd, "--json", cwd=ROOT).stdout)["threads"]
+    assert [(t["thread_id"], t["status"]) for t in listed] == [("b", "incomplete")]
+    assert "tool ring_bell" in listed[0]["why"]
+    refused = eg("resume", "--thread", "b", "--approve", "all", *sd, cwd=ROOT)
+    assert refused.code == 2 and "ring_bell" in refused.stderr, refused.stderr
+    assert "--agent MODULE:FACTORY" in refused.stderr
+    assert not (state_dir.workspace / "bells").exists()
+
+    # With --agent (no answer on a closed stdin): it waits at the review, and remembers.
+    loaded = eg("resume", "--thread", "b", "--agent", AGENT, *sd, cwd=ROOT)
+    assert loaded.code == 4, (loaded.stdout, loaded.stderr)
+    shown = json.loads(eg("pending", *sd, "--json", cwd=ROOT).stdout)
+    (entry,) = shown["threads"]
+    assert entry["status"] == "waiting_review"
+    assert [a["name"] for a in entry["interrupts"][0]["value"]["action_requests"]] == ["ring_bell"]
+
+    # No --agent needed any more: resume approves and finishes.
+    done = eg("resume", "--thread", "b", "--approve", "all", *sd, "--json", cwd=ROOT)
+    assert done.code == 0, (done.stdout, done.stderr)
+    assert json.loads(done.stdout)["status"] == "done"
+    assert _bells(state_dir) == ["release"]
+    assert "nothing is waiting" in eg("pending", *sd, cwd=ROOT).stdout
+    listed = json.loads(eg("threads", *sd, "--json", cwd=ROOT).stdout)["threads"]
+    assert [(t["thread_id"], t["status"]) for t in listed] == [("b", "done")]
+    again = eg("resume", "--thread", "b", *sd, cwd=ROOT)  # done: nothing runs again
+    assert again.code == 0 and _bells(state_dir) == ["release"]
+
+
+def test_a_follow_up_from_the_cli_and_a_bad_agent_spec(state_dir: StateDir) -> None:
+    """A follow-up re-proposing turn 1's effect is flagged; --supersede answers it unrun."""
+    sd = ["--state-dir", str(state_dir.root)]
+    start = eg("run", _custom_agent.TASK, "--thread", "b", "--agent", AGENT, "--approve", "all",
+               *sd, cwd=ROOT)  # fmt: skip
+    assert start.code == 0, (start.stdout, start.stderr)
+    again = eg("run", "Ring it again.", "--thread", "b", "--approve", "all", *sd, cwd=ROOT)
+    assert again.code == 4, (again.stdout, again.stderr)  # left for a person: not auto-approved
+    assert "possible duplicate" in again.stderr
+    refused = eg("run", "Never mind.", "--thread", "b", *sd, cwd=ROOT)
+    assert refused.code == 2 and "--supersede" in refused.stderr, refused.stderr
+    dropped = eg("run", "Never mind.", "--thread", "b", "--supersede", *sd, "--json", cwd=ROOT)
+    assert dropped.code == 0, (dropped.stdout, dropped.stderr)
+    assert json.loads(dropped.stdout)["final_message"] == "Not ringing."
+    assert _bells(state_dir) == ["release"]
+    bad = eg("run", "x", "--agent", "no_such_module:build", *sd, cwd=ROOT)
+    assert bad.code == 2 and "cannot import 'no_such_module'" in bad.stderr
