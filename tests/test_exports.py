@@ -28,6 +28,7 @@ PUBLIC = {
         "ToolSpec",
         "Verdict",
         "__version__",
+        "add_effect_nodes",
         "build_agent",
         "default_tools",
         "history_problems",

@@ -17,6 +17,7 @@ _EXPORTS: dict[str, str] = {
     "Policy": "effectgate.graph",
     "RunResult": "effectgate.graph",
     "RunStatus": "effectgate.graph",
+    "add_effect_nodes": "effectgate.graph",
     "build_agent": "effectgate.graph",
     "history_problems": "effectgate.graph",
     # dispatch
@@ -65,6 +66,7 @@ __all__ = [
     "ToolSpec",
     "Verdict",
     "__version__",
+    "add_effect_nodes",
     "build_agent",
     "default_tools",
     "history_problems",
@@ -80,6 +82,7 @@ if TYPE_CHECKING:
         Policy,
         RunResult,
         RunStatus,
+        add_effect_nodes,
         build_agent,
         history_problems,
     )

@@ -10,6 +10,7 @@ from effectgate.graph._agent import (
     RunStatus,
     check_review_answer,
 )
+from effectgate.graph._blocks import EffectGate, add_effect_nodes, ensure_call_ids
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
 from effectgate.graph._history import history_problems
 from effectgate.graph._policy import Policy
@@ -33,6 +34,7 @@ __all__ = [
     "AgentState",
     "Decision",
     "EditedAction",
+    "EffectGate",
     "EffectTask",
     "PendingInterrupt",
     "Policy",
@@ -43,8 +45,10 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "StepDurableSaver",
+    "add_effect_nodes",
     "build_agent",
     "check_review_answer",
+    "ensure_call_ids",
     "history_problems",
     "new_worker_id",
 ]
