@@ -20,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "add_effect_nodes": "effectgate.graph",
     "build_agent": "effectgate.graph",
     "history_problems": "effectgate.graph",
+    # bring your own agent (create_agent middleware: needs the langchain package)
+    "EffectGateMiddleware": "effectgate.middleware",
     # dispatch
     "Dispatcher": "effectgate.dispatch",
     "Verdict": "effectgate.dispatch",
@@ -49,6 +51,7 @@ __all__ = [
     "Agent",
     "Budget",
     "Dispatcher",
+    "EffectGateMiddleware",
     "EffectKind",
     "Ledger",
     "Lookup",
@@ -87,6 +90,7 @@ if TYPE_CHECKING:
         history_problems,
     )
     from effectgate.ledger import Budget, Ledger, Operation, OpState, Receipt, SqliteLedger
+    from effectgate.middleware import EffectGateMiddleware
     from effectgate.models import ScriptedChatModel, make_model
     from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
 
