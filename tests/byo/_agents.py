@@ -34,13 +34,22 @@ class UserState(TypedDict):
 
 
 def build_user_graph(
-    model: BaseChatModel, tools: Sequence[ToolSpec], *, ledger: Ledger
+    model: BaseChatModel,
+    tools: Sequence[ToolSpec],
+    *,
+    ledger: Ledger,
+    trace: list[str] | None = None,
 ) -> tuple[StateGraph[Any, Any, Any, Any], EffectGate]:
-    """The user's builder, with effectgate's nodes added (not compiled)."""
+    """The user's builder, with effectgate's nodes added (not compiled).
+
+    ``trace`` gets ``"call_model"`` each time the model node runs.
+    """
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(UserState)
     gate_box: list[EffectGate] = []
 
     def call_model(state: UserState, config: RunnableConfig) -> dict[str, Any]:
+        if trace is not None:
+            trace.append("call_model")
         bound = model.bind_tools(gate_box[0].tool_schemas)
         reply = bound.invoke(state["messages"])
         assert isinstance(reply, AIMessage)
@@ -82,12 +91,22 @@ def parent_graph(
     *,
     ledger: Ledger,
     checkpointer: BaseCheckpointSaver[Any],
+    trace: list[str] | None = None,
 ) -> Any:
-    """A parent graph running the user's gated graph as a subgraph node."""
-    child_builder, _ = build_user_graph(model, tools, ledger=ledger)
+    """A parent graph running the user's gated graph as a subgraph node.
+
+    ``trace`` gets ``"intake"`` and ``"call_model"`` each time those nodes run.
+    """
+    child_builder, _ = build_user_graph(model, tools, ledger=ledger, trace=trace)
     child = child_builder.compile()  # the parent's checkpointer is used
     parent: StateGraph[Any, Any, Any, Any] = StateGraph(ParentState)
-    parent.add_node("intake", lambda state: {"intake": "triaged"})
+
+    def intake(state: ParentState) -> dict[str, Any]:
+        if trace is not None:
+            trace.append("intake")
+        return {"intake": "triaged"}
+
+    parent.add_node("intake", intake)
     parent.add_node("incident", child)
     parent.add_edge(START, "intake")
     parent.add_edge("intake", "incident")

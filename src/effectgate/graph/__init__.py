@@ -10,7 +10,12 @@ from effectgate.graph._agent import (
     RunStatus,
     check_review_answer,
 )
-from effectgate.graph._blocks import EffectGate, add_effect_nodes, ensure_call_ids
+from effectgate.graph._blocks import (
+    EffectGate,
+    add_effect_nodes,
+    ensure_call_ids,
+    resume_command,
+)
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
 from effectgate.graph._history import history_problems
 from effectgate.graph._policy import Policy
@@ -51,4 +56,5 @@ __all__ = [
     "ensure_call_ids",
     "history_problems",
     "new_worker_id",
+    "resume_command",
 ]

@@ -35,12 +35,14 @@ from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, StateGraph
+from langgraph.pregel import Pregel
 from langgraph.types import Command
 
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher
+from effectgate.errors import DecisionError
 from effectgate.graph._messages import pending_calls, with_call_ids, with_unique_call_ids
 from effectgate.graph._nodes import make_effect_node, make_tools_node, malformed_reason
 from effectgate.graph._policy import Policy
@@ -49,7 +51,7 @@ from effectgate.graph._state import effect_node_name
 from effectgate.ledger import Ledger, Operation
 from effectgate.tools import ToolSpec, from_langchain_tool
 
-__all__ = ["EffectGate", "add_effect_nodes", "ensure_call_ids", "to_specs"]
+__all__ = ["EffectGate", "add_effect_nodes", "ensure_call_ids", "resume_command", "to_specs"]
 
 TOOLS_NODE = "tools"
 """Node answering read-only and malformed calls."""
@@ -279,3 +281,66 @@ def _review_to(review: Any, then: str) -> Any:
         return command
 
     return review_node
+
+
+_NO_ANSWER: Any = object()
+
+
+def resume_command(
+    graph: Pregel[Any, Any, Any, Any],
+    config: RunnableConfig,
+    answer: Any = _NO_ANSWER,
+    *,
+    by_id: Mapping[str, Any] | None = None,
+) -> Command[Any]:
+    """Build the ``Command(resume=...)`` that answers exactly the interrupts pending now.
+
+    A bare ``Command(resume=value)`` is ambiguous while several interrupts
+    wait, for instance two reconciliations inside one subgraph task (the
+    parent sees one task). LangGraph 1.2 refuses it with a ``RuntimeError``
+    once the run starts; it accepts a map that answers only some of them,
+    and then re-runs each unanswered node up to its ``interrupt()``. This
+    refuses both before anything runs, with a ``DecisionError`` naming the
+    pending ids: one answer needs exactly one pending interrupt, and a map
+    must answer every pending interrupt by its id (``Interrupt.id``, as in
+    ``graph.get_state(config).interrupts``, subgraphs' included). The
+    command is always id-keyed. The same rule as ``Agent.resume``, for a
+    graph you run yourself.
+
+    Args:
+        graph: the compiled graph (a parent graph, if the reviews sit in a subgraph).
+        config: the run config with the ``thread_id``.
+        answer: the answer to the one pending interrupt (e.g. ``{"decisions": [...]}``).
+        by_id: answers by interrupt id, one for every pending interrupt.
+
+    Returns:
+        ``Command(resume={interrupt_id: answer, ...})`` to pass to ``invoke``/``stream``.
+
+    Raises:
+        DecisionError: nothing is pending; both or neither of ``answer`` and
+            ``by_id`` given; a single answer while several interrupts are
+            pending; a map that misses a pending interrupt or names one that
+            is not pending. Nothing ran.
+    """
+    pending = list(dict.fromkeys(i.id for i in graph.get_state(config).interrupts))
+    if not pending:
+        raise DecisionError("no interrupt is pending on this thread; nothing to resume")
+    if (answer is _NO_ANSWER) == (by_id is None):
+        raise DecisionError("give either one answer or answers by interrupt id (by_id=...)")
+    if by_id is None:
+        if len(pending) != 1:
+            raise DecisionError(
+                f"{len(pending)} interrupts are pending ({', '.join(pending)}); a bare answer "
+                "could reach the wrong one: answer each by its id (by_id={id: answer})"
+            )
+        return Command(resume={pending[0]: answer})
+    stray = sorted(set(by_id) - set(pending))
+    if stray:
+        raise DecisionError(f"interrupt(s) {', '.join(stray)} are not pending; nothing ran")
+    missing = [i for i in pending if i not in by_id]
+    if missing:
+        raise DecisionError(
+            f"interrupt(s) {', '.join(missing)} are pending too: answer every pending "
+            "interrupt in one resume, or the unanswered nodes run again"
+        )
+    return Command(resume={i: by_id[i] for i in pending})
