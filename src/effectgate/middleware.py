@@ -36,7 +36,7 @@ langchain``); ``import effectgate`` does not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware.types import (
@@ -184,11 +184,6 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         }
         self.tools = [_as_langchain_tool(spec) for spec in self.specs.values()]
 
-    @property
-    def name(self) -> str:
-        """The middleware's node-name prefix in the agent graph."""
-        return "EffectGateMiddleware"
-
     def after_model(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Review the model message's side-effecting calls; record decisions in the ledger.
 
@@ -223,8 +218,14 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
             if isinstance(send, Send):
                 task: EffectTask = send.arg
                 tasks[task["tool_call_id"]] = task
-        answered = (command.update or {}).get("messages", []) if command.update else []
+        answered = (command.update or {}).get("messages", [])
         return {"messages": [*update, *answered], TASKS_KEY: tasks}
+
+    async def aafter_model(
+        self, state: EffectGateState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """``after_model`` for ``ainvoke``/``astream`` (the ledger calls block, as HITL's do)."""
+        return self.after_model(state, runtime)
 
     def wrap_tool_call(
         self,
@@ -243,10 +244,28 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
             LedgerError: the ledger failed; nothing new was committed.
             ClaimLostError: another worker took this thread's attempt over.
         """
+        answer = self._answer(request)
+        return handler(request) if answer is None else answer
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """``wrap_tool_call`` for async runs; the dispatch itself runs synchronously.
+
+        The ledger and effectgate's tools are synchronous: a gated call holds
+        the event loop while it runs, as a sync tool would.
+        """
+        answer = self._answer(request)
+        return await handler(request) if answer is None else answer
+
+    def _answer(self, request: ToolCallRequest) -> ToolMessage | None:
+        """The ``ToolMessage`` for a call of a tool this middleware has; ``None`` for others."""
         call = request.tool_call
         name = call["name"]
         if name not in self.specs:
-            return handler(request)
+            return None
         tasks: Mapping[str, EffectTask] = (request.state or {}).get(TASKS_KEY) or {}
         task = tasks.get(str(call.get("id")))
         if name in self.effects and task is not None:

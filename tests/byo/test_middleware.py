@@ -135,3 +135,34 @@ def test_fork_from_before_the_writes_repeats_none(
     w = world(state_dir)
     assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
     assert all_checkpoint_problems(state_dir.checkpoints, "t1") == []
+
+
+def test_async_run_dispatches_through_the_ledger(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """``ainvoke`` takes the same path: one review per turn, each write once, receipts stored."""
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    with SqliteLedger(state_dir.ledger) as ledger:
+        graph = middleware_agent(
+            make_model("scripted:incident"),
+            default_tools(state_dir.workspace, services.endpoints),
+            ledger=ledger,
+            checkpointer=InMemorySaver(),
+        )
+
+        async def run() -> Any:
+            out = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, version="v2")
+            while out.interrupts:
+                (pending,) = out.interrupts
+                count = len(pending.value["action_requests"])
+                answer = {"decisions": [{"type": "approve"}] * count}
+                out = await graph.ainvoke(Command(resume=answer), CONFIG, version="v2")
+            return out
+
+        asyncio.run(run())
+        w = world(state_dir)
+        assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
+        assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
