@@ -15,9 +15,10 @@ the graph that holds them. Added as nodes, each reviewed call is one task
 of the user's graph, with its own checkpointed result; a resume re-runs only
 the unfinished ones, and ``get_state`` shows the review interrupt once, on
 the user's thread. A compiled subgraph would add a namespace, a second
-state schema to keep in step, and the public traps of interrupts inside
-subgraphs (the parent node re-runs on every resume; the interrupt shows up
-at both levels). The graph itself may still be a subgraph of a parent (see
+state schema to keep in step, and the traps public reports describe for
+interrupts inside subgraphs (a subgraph called from a node function re-runs
+that function on every resume; ``get_state(subgraphs=True)`` lists the
+interrupt at both levels). The graph itself may still be a subgraph of a parent (see
 ``docs/bring-your-own-graph.md``): the blocks only need a ``messages`` key.
 
 State: any schema with a ``messages`` key holding LangChain messages and a
