@@ -52,15 +52,11 @@ from langgraph.config import get_config
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
-from effectgate import _failpoints
-from effectgate._clock import Clock, SystemClock
-from effectgate._process import new_worker_id
-from effectgate.dispatch import Dispatcher
-from effectgate.graph._blocks import ensure_call_ids, to_specs
+from effectgate._clock import Clock
+from effectgate.graph._blocks import build_parts, ensure_call_ids
 from effectgate.graph._messages import error_message, last_ai_message, pending_calls
-from effectgate.graph._nodes import make_effect_node, make_tools_node, malformed_reason
+from effectgate.graph._nodes import malformed_reason
 from effectgate.graph._policy import Policy
-from effectgate.graph._review import make_review_node
 from effectgate.graph._state import EffectTask
 from effectgate.ledger import Ledger, Operation
 from effectgate.tools import ToolSpec
@@ -158,30 +154,13 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         on_wait: Callable[[Operation, float], None] | None = None,
     ) -> None:
         super().__init__()
-        policy = policy or Policy()
-        clock = clock or SystemClock()
-        self.specs = to_specs(tools)
-        self.effects = {n: s for n, s in self.specs.items() if not s.is_read}
-        _failpoints.check(self.effects)
+        self._parts = build_parts(
+            tools, ledger=ledger, policy=policy, clock=clock, worker=worker, on_wait=on_wait
+        )
+        self.specs = self._parts.specs
+        self.effects = self._parts.effects
         self.ledger = ledger
-        self.dispatcher = Dispatcher(
-            ledger,
-            self.effects,
-            worker=worker or new_worker_id(),
-            clock=clock,
-            on_wait=on_wait,
-            default_budget=policy.budget,
-        )
-        self._review = make_review_node(
-            specs=self.effects, ledger=ledger, policy=policy, clock=clock
-        )
-        self._answer_reads = make_tools_node(self.specs)
-        self._effect = {
-            name: make_effect_node(
-                spec, dispatcher=self.dispatcher, ledger=ledger, policy=policy, clock=clock
-            )
-            for name, spec in self.effects.items()
-        }
+        self.dispatcher = self._parts.dispatcher
         self.tools = [_as_langchain_tool(spec) for spec in self.specs.values()]
 
     def after_model(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -194,10 +173,6 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
             ``None`` when nothing is gated; else the message with call ids
             made unique (if any changed), rejection ``ToolMessage``s, and the
             tasks ``wrap_tool_call`` runs.
-
-        Raises:
-            ConfigError: a pending call names a gated tool this middleware
-                lacks (rebuilt with fewer tools than the thread began with).
         """
         config = get_config()
         messages = list(state["messages"])
@@ -211,7 +186,7 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         view = _gated_view(messages, self.effects)
         if last_ai_message(view) is None or not pending_calls(view):
             return {"messages": update, TASKS_KEY: {}}
-        command = self._review({"messages": view}, config)
+        command = self._parts.review({"messages": view}, config)
         tasks: dict[str, EffectTask] = {}
         goto = command.goto if isinstance(command.goto, list | tuple) else [command.goto]
         for send in goto:
@@ -269,11 +244,11 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         tasks: Mapping[str, EffectTask] = (request.state or {}).get(TASKS_KEY) or {}
         task = tasks.get(str(call.get("id")))
         if name in self.effects and task is not None:
-            out: dict[str, Any] = self._effect[name](task)
+            out: dict[str, Any] = self._parts.effect[name](task)
             message: ToolMessage = out["messages"][0]
             return message
         one = AIMessage(content="", tool_calls=[call])
-        answers = self._answer_reads({"messages": [one]}, request.runtime.config)["messages"]
+        answers = self._parts.tools({"messages": [one]}, request.runtime.config)["messages"]
         if answers:
             first: ToolMessage = answers[0]
             return first

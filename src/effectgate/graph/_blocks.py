@@ -30,6 +30,7 @@ reducer that appends and replaces by id (``add_messages``, or effectgate's
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage
@@ -52,7 +53,15 @@ from effectgate.graph._state import effect_node_name
 from effectgate.ledger import Ledger, Operation
 from effectgate.tools import ToolSpec, from_langchain_tool
 
-__all__ = ["EffectGate", "add_effect_nodes", "ensure_call_ids", "resume_command", "to_specs"]
+__all__ = [
+    "EffectGate",
+    "GateParts",
+    "add_effect_nodes",
+    "build_parts",
+    "ensure_call_ids",
+    "resume_command",
+    "to_specs",
+]
 
 TOOLS_NODE = "tools"
 """Node answering read-only and malformed calls."""
@@ -99,6 +108,71 @@ def ensure_call_ids(
     """
     reply = with_call_ids(reply, salt=f"{thread_id}:{len(history)}")
     return with_unique_call_ids(reply, history)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateParts:
+    """effectgate's node functions for one set of tools, around one dispatcher.
+
+    The one place they are built: ``add_effect_nodes`` adds them to a graph,
+    ``EffectGateMiddleware`` calls them from its hooks.
+    """
+
+    specs: dict[str, ToolSpec]
+    """Every tool by name."""
+    effects: dict[str, ToolSpec]
+    """The side-effecting tools by name."""
+    dispatcher: Dispatcher
+    tools: Any
+    """``tools(state, config)``: runs read-only calls, answers malformed ones."""
+    review: Any
+    """``review(state, config) -> Command``: the review interrupt and ledger transaction."""
+    effect: dict[str, Any]
+    """``effect(task) -> {"messages": [ToolMessage]}`` per side-effecting tool."""
+
+
+def build_parts(
+    tools: Iterable[ToolSpec | BaseTool],
+    *,
+    ledger: Ledger,
+    policy: Policy | None = None,
+    clock: Clock | None = None,
+    worker: str | None = None,
+    on_wait: Callable[[Operation, float], None] | None = None,
+) -> GateParts:
+    """Build the dispatcher and the node functions for ``tools`` (see ``add_effect_nodes``).
+
+    Raises:
+        ValueError: two tools share a name.
+        ConfigError: ``EFFECTGATE_FAILPOINT`` names a seam or tool that does
+            not exist, so the crash it asks for could never happen.
+    """
+    policy = policy or Policy()
+    clock = clock or SystemClock()
+    specs = to_specs(tools)
+    effects = {n: s for n, s in specs.items() if not s.is_read}
+    _failpoints.check(effects)
+    dispatcher = Dispatcher(
+        ledger,
+        effects,
+        worker=worker or new_worker_id(),
+        clock=clock,
+        on_wait=on_wait,
+        default_budget=policy.budget,
+    )
+    return GateParts(
+        specs=specs,
+        effects=effects,
+        dispatcher=dispatcher,
+        tools=make_tools_node(specs),
+        review=make_review_node(specs=effects, ledger=ledger, policy=policy, clock=clock),
+        effect={
+            name: make_effect_node(
+                spec, dispatcher=dispatcher, ledger=ledger, policy=policy, clock=clock
+            )
+            for name, spec in effects.items()
+        },
+    )
 
 
 class EffectGate:
@@ -219,24 +293,10 @@ def add_effect_nodes(
         ConfigError: ``EFFECTGATE_FAILPOINT`` names a seam or tool that does
             not exist, so the crash it asks for could never happen.
     """
-    policy = policy or Policy()
-    clock = clock or SystemClock()
-    specs = to_specs(tools)
-    effects = {n: s for n, s in specs.items() if not s.is_read}
-    _failpoints.check(effects)
-    gate = EffectGate(
-        specs=specs,
-        dispatcher=Dispatcher(
-            ledger,
-            effects,
-            worker=worker or new_worker_id(),
-            clock=clock,
-            on_wait=on_wait,
-            default_budget=policy.budget,
-        ),
-        then=then,
-        done=done,
+    parts = build_parts(
+        tools, ledger=ledger, policy=policy, clock=clock, worker=worker, on_wait=on_wait
     )
+    gate = EffectGate(specs=parts.specs, dispatcher=parts.dispatcher, then=then, done=done)
     taken = sorted(set(gate.nodes) & set(builder.nodes))
     if taken:
         raise ValueError(
@@ -247,22 +307,15 @@ def add_effect_nodes(
     # LangGraph would read that as the nodes' input schema and refuse a
     # ``messages`` channel of another type. They read ``messages`` only.
     own_state = builder.state_schema
-    builder.add_node(TOOLS_NODE, make_tools_node(specs), input_schema=own_state)
+    builder.add_node(TOOLS_NODE, parts.tools, input_schema=own_state)
     builder.add_node(
         REVIEW_NODE,
-        _review_to(
-            make_review_node(specs=effects, ledger=ledger, policy=policy, clock=clock), then
-        ),
-        destinations=(then, *(effect_node_name(n) for n in effects)),
+        _review_to(parts.review, then),
+        destinations=(then, *(effect_node_name(n) for n in parts.effects)),
         input_schema=own_state,
     )
-    for name, spec in effects.items():
-        builder.add_node(
-            effect_node_name(name),
-            make_effect_node(
-                spec, dispatcher=gate.dispatcher, ledger=ledger, policy=policy, clock=clock
-            ),
-        )
+    for name, effect in parts.effect.items():
+        builder.add_node(effect_node_name(name), effect)
         builder.add_edge(effect_node_name(name), then)
     if after is not None:
         builder.add_conditional_edges(after, gate.route, gate.destinations)
