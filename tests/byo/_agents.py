@@ -39,10 +39,12 @@ def build_user_graph(
     *,
     ledger: Ledger,
     trace: list[str] | None = None,
+    **gate_options: Any,
 ) -> tuple[StateGraph[Any, Any, Any, Any], EffectGate]:
     """The user's builder, with effectgate's nodes added (not compiled).
 
-    ``trace`` gets ``"call_model"`` each time the model node runs.
+    ``trace`` gets ``"call_model"`` each time the model node runs;
+    ``gate_options`` go to ``add_effect_nodes`` (policy, clock).
     """
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(UserState)
     gate_box: list[EffectGate] = []
@@ -60,7 +62,9 @@ def build_user_graph(
     builder.add_node("call_model", call_model)
     builder.add_edge(START, "call_model")
     gate_box.append(
-        add_effect_nodes(builder, tools, ledger=ledger, after="call_model", then="call_model")
+        add_effect_nodes(
+            builder, tools, ledger=ledger, after="call_model", then="call_model", **gate_options
+        )
     )
     return builder, gate_box[0]
 

@@ -132,3 +132,82 @@ def test_bare_resume_refused_with_two_interrupts_in_one_subgraph_task(
     assert sorted(calls) == ["push_a", "push_b"]  # each called once; the verdicts ended them
     assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.FAILED}
     assert all_checkpoint_problems(state_dir.checkpoints, "t1") == []
+
+
+def test_two_re_reviews_in_one_subgraph_task_answered_by_id(
+    state_dir: StateDir, files: tuple[SqliteLedger, SqliteSaver]
+) -> None:
+    """Two approvals expire before their effect nodes run: two reviews wait in one task.
+
+    The child stops before its effect nodes (a static breakpoint), the clock
+    passes the approval TTL, and each effect node asks its reviewer again.
+    One bare answer is refused; answers by interrupt id run each call once.
+    """
+    from datetime import timedelta
+
+    from langgraph.graph import START, StateGraph
+
+    from effectgate._clock import FakeClock
+    from effectgate.graph import Policy
+    from tests.byo._agents import ParentState, build_user_graph
+
+    ledger, saver = files
+    clock = FakeClock()
+    calls: list[str] = []
+
+    def record(name: str) -> ToolSpec:
+        def run(args: _Args, ctx: ToolContext) -> ToolResult:
+            calls.append(name)
+            return ToolResult(value={"pushed": args.what})
+
+        return ToolSpec(
+            name=name, description=name, args_schema=_Args, func=run, kind=EffectKind.IDEMPOTENT
+        )
+
+    model = ScriptedChatModel.from_script(
+        {
+            "name": "two-writes",
+            "turns": [
+                {
+                    "say": "Both at once.",
+                    "tool_calls": [
+                        {"name": "push_a", "args": {"what": "a"}},
+                        {"name": "push_b", "args": {"what": "b"}},
+                    ],
+                }
+            ],
+            "final": "done",
+        }
+    )
+    builder, _ = build_user_graph(
+        model,
+        [record("push_a"), record("push_b")],
+        ledger=ledger,
+        clock=clock,
+        policy=Policy(approval_ttl=timedelta(minutes=5)),
+    )
+    child = builder.compile(interrupt_before=["effect.push_a", "effect.push_b"])
+    parent: StateGraph[Any, Any, Any, Any] = StateGraph(ParentState)
+    parent.add_node("incident", child)
+    parent.add_edge(START, "incident")
+    graph = parent.compile(checkpointer=saver)
+    out = graph.invoke({"messages": [HumanMessage("go")]}, CONFIG, version="v2")
+    (review,) = out.interrupts
+    graph.invoke(resume_command(graph, CONFIG, approve_all(review.value)), CONFIG)
+    clock.advance(timedelta(hours=1))  # both approvals expire before dispatch
+    graph.invoke(None, CONFIG)
+    snapshot = graph.get_state(CONFIG)
+    pending = snapshot.interrupts
+    assert [i.value["type"] for i in pending] == ["review", "review"]
+    assert [len(t.interrupts) for t in snapshot.tasks if t.interrupts] == [2]
+    assert calls == []
+    one = {"decisions": [{"type": "approve"}]}
+    with pytest.raises(DecisionError, match="2 interrupts are pending"):
+        resume_command(graph, CONFIG, one)
+    out = graph.invoke(
+        resume_command(graph, CONFIG, by_id={i.id: one for i in pending}), CONFIG, version="v2"
+    )
+    assert out.interrupts == ()
+    assert sorted(calls) == ["push_a", "push_b"]
+    assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
+    assert all_checkpoint_problems(state_dir.checkpoints, "t1") == []
