@@ -17,8 +17,11 @@ _EXPORTS: dict[str, str] = {
     "Policy": "effectgate.graph",
     "RunResult": "effectgate.graph",
     "RunStatus": "effectgate.graph",
+    "add_effect_nodes": "effectgate.graph",
     "build_agent": "effectgate.graph",
     "history_problems": "effectgate.graph",
+    # bring your own agent (create_agent middleware: needs the langchain package)
+    "EffectGateMiddleware": "effectgate.middleware",
     # dispatch
     "Dispatcher": "effectgate.dispatch",
     "Verdict": "effectgate.dispatch",
@@ -48,6 +51,7 @@ __all__ = [
     "Agent",
     "Budget",
     "Dispatcher",
+    "EffectGateMiddleware",
     "EffectKind",
     "Ledger",
     "Lookup",
@@ -65,6 +69,7 @@ __all__ = [
     "ToolSpec",
     "Verdict",
     "__version__",
+    "add_effect_nodes",
     "build_agent",
     "default_tools",
     "history_problems",
@@ -80,10 +85,12 @@ if TYPE_CHECKING:
         Policy,
         RunResult,
         RunStatus,
+        add_effect_nodes,
         build_agent,
         history_problems,
     )
     from effectgate.ledger import Budget, Ledger, Operation, OpState, Receipt, SqliteLedger
+    from effectgate.middleware import EffectGateMiddleware
     from effectgate.models import ScriptedChatModel, make_model
     from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
 

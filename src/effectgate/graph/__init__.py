@@ -11,6 +11,12 @@ from effectgate.graph._agent import (
     RunStatus,
     check_review_answer,
 )
+from effectgate.graph._blocks import (
+    EffectGate,
+    add_effect_nodes,
+    ensure_call_ids,
+    resume_command,
+)
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
 from effectgate.graph._history import history_problems
 from effectgate.graph._policy import Policy
@@ -34,6 +40,7 @@ __all__ = [
     "AgentState",
     "Decision",
     "EditedAction",
+    "EffectGate",
     "EffectTask",
     "PendingInterrupt",
     "Policy",
@@ -44,8 +51,11 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "StepDurableSaver",
+    "add_effect_nodes",
     "build_agent",
     "check_review_answer",
+    "ensure_call_ids",
     "history_problems",
     "new_worker_id",
+    "resume_command",
 ]

@@ -18,42 +18,20 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher
-from effectgate.graph._messages import pending_calls
-from effectgate.graph._nodes import (
-    make_agent_node,
-    make_effect_node,
-    make_tools_node,
-    malformed_reason,
-)
+from effectgate.graph._blocks import add_effect_nodes, to_specs
+from effectgate.graph._nodes import make_agent_node
 from effectgate.graph._policy import Policy
-from effectgate.graph._review import make_review_node
-from effectgate.graph._state import AgentState, effect_node_name
+from effectgate.graph._state import AgentState
 from effectgate.ledger import Ledger, Operation
-from effectgate.tools import ToolSpec, from_langchain_tool
+from effectgate.tools import ToolSpec
 
 __all__ = ["AgentParts", "build_agent", "new_worker_id", "to_specs"]
-
-
-def to_specs(tools: Sequence[ToolSpec | BaseTool]) -> dict[str, ToolSpec]:
-    """Turn tools into ``ToolSpec``s by name; plain LangChain tools become ``unsafe``.
-
-    Raises:
-        ValueError: two tools share a name.
-    """
-    out: dict[str, ToolSpec] = {}
-    for tool in tools:
-        spec = tool if isinstance(tool, ToolSpec) else from_langchain_tool(tool)
-        if spec.name in out:
-            raise ValueError(f"two tools are named {spec.name!r}")
-        out[spec.name] = spec
-    return out
 
 
 class AgentParts:
@@ -75,27 +53,6 @@ class AgentParts:
         self.specs = dict(specs)
         self.policy = policy
         self.clock = clock
-
-
-def _route_after_agent(specs: Mapping[str, ToolSpec]) -> Callable[[AgentState], str]:
-    def route(state: AgentState) -> str:
-        calls = pending_calls(state["messages"])
-        if not calls:
-            return END
-        for call in calls:
-            if malformed_reason(call, specs) is not None or specs[call.name].is_read:
-                return "tools"
-        return "review"
-
-    return route
-
-
-def _route_after_tools(specs: Mapping[str, ToolSpec]) -> Callable[[AgentState], str]:
-    def route(state: AgentState) -> str:
-        left = [c for c in pending_calls(state["messages"]) if c.name in specs]
-        return "review" if left else "agent"
-
-    return route
 
 
 def build_agent(
@@ -137,36 +94,26 @@ def build_agent(
     policy = policy or Policy()
     clock = clock or SystemClock()
     specs = to_specs(tools)
-    effects = {n: s for n, s in specs.items() if not s.is_read}
-    _failpoints.check(effects)
-    dispatcher = Dispatcher(
-        ledger,
-        effects,
-        worker=worker or new_worker_id(),
-        clock=clock,
-        on_wait=on_wait,
-        default_budget=policy.budget,
-    )
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(AgentState)
     builder.add_node("agent", make_agent_node(model, specs, system_prompt))
-    builder.add_node("tools", make_tools_node(specs))
-    builder.add_node(
-        "review",
-        make_review_node(specs=effects, ledger=ledger, policy=policy, clock=clock),
-        destinations=("agent", *(effect_node_name(n) for n in effects)),
-    )
-    for name, spec in effects.items():
-        builder.add_node(
-            effect_node_name(name),
-            make_effect_node(
-                spec, dispatcher=dispatcher, ledger=ledger, policy=policy, clock=clock
-            ),
-        )
-        builder.add_edge(effect_node_name(name), "agent")
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", _route_after_agent(specs), ["tools", "review", END])
-    builder.add_conditional_edges("tools", _route_after_tools(effects), ["review", "agent"])
+    gate = add_effect_nodes(
+        builder,
+        specs.values(),
+        ledger=ledger,
+        after="agent",
+        then="agent",
+        policy=policy,
+        clock=clock,
+        worker=worker,
+        on_wait=on_wait,
+    )
     graph = builder.compile(checkpointer=checkpointer)
     return AgentParts(
-        graph=graph, ledger=ledger, dispatcher=dispatcher, specs=specs, policy=policy, clock=clock
+        graph=graph,
+        ledger=ledger,
+        dispatcher=gate.dispatcher,
+        specs=specs,
+        policy=policy,
+        clock=clock,
     )

@@ -88,6 +88,8 @@ PLAIN_SEAMS = (
 """The same moments in the plain tools (``CAMPAIGN_KILL``): approved/claimed but not sent;
 the external system committed; the result recorded but not checkpointed."""
 
+_GATED_BY_EFFECTGATE = frozenset({System.EFFECTGATE, System.MIDDLEWARE})
+"""Systems whose seams are effectgate's failpoints."""
 _READY_TIMEOUT_S = 90.0
 _POLL_S = 0.005
 _SEAM_VARS = ("EFFECTGATE_FAILPOINT", "CAMPAIGN_KILL")
@@ -191,7 +193,7 @@ def plan_trials(
         raise ValueError(f"unknown scenario(s) {unknown}; known: {list(SCENARIOS)}")
     specs: list[TrialSpec] = []
     for system in systems:
-        seams = EFFECTGATE_SEAMS if system is System.EFFECTGATE else PLAIN_SEAMS
+        seams = EFFECTGATE_SEAMS if system in _GATED_BY_EFFECTGATE else PLAIN_SEAMS
         n_seam = 0
         for i in range(trials):
             scenario = mix[i % len(mix)]
@@ -378,7 +380,7 @@ def _kill_random(trial: _Trial) -> int | None:
 
 def _kill_seam(trial: _Trial) -> int | None:
     seam = trial.spec.seam or ""
-    if trial.spec.system is System.EFFECTGATE:
+    if trial.spec.system in _GATED_BY_EFFECTGATE:
         return trial.run_once(env_extra={"EFFECTGATE_FAILPOINT": seam})
     extra = ("--kill-after-result",) if seam.startswith("after_result") else ()
     return trial.run_once(*extra, env_extra={"CAMPAIGN_KILL": seam})

@@ -8,6 +8,10 @@
   ``HumanInTheLoopMiddleware`` on every side-effecting tool, ``SqliteSaver``,
   ``durability="sync"``, plain tools (``_tools.plain_tools``), and a loop that
   resumes with ``Command(resume={"decisions": [approve...]})``.
+- ``effectgate-middleware``: the baseline agent with ``EffectGateMiddleware``
+  in place of ``HumanInTheLoopMiddleware`` (effectgate's own tools, its
+  ledger in the state directory), driven by the baseline's loop; its
+  reviewer follows the ``effectgate`` policy below.
 - ``effect-ledger``: the same agent with effect-ledger 0.1.2's
   ``ExecutionBoundary`` installed last and its ``LedgerRunner`` for start and
   resume, as its README shows; ``get_error_rate`` is declared ``READ_ONLY``.
@@ -63,6 +67,7 @@ class System(enum.StrEnum):
     """A system under test."""
 
     EFFECTGATE = "effectgate"
+    MIDDLEWARE = "effectgate-middleware"
     BASELINE = "baseline"
     EFFECT_LEDGER = "effect-ledger"
 
@@ -206,7 +211,17 @@ def _open_plain(system: System, options: DriveOptions) -> Iterator[_Plain]:
     if options.kill_after_result:
         middleware.insert(0, KillAfterResult())  # first = outermost
     runner_cls: Any = None
-    if system is System.EFFECT_LEDGER:
+    ledger: Any = None
+    if system is System.MIDDLEWARE:
+        from effectgate._app import default_tools
+        from effectgate.ledger import SqliteLedger
+        from effectgate.middleware import EffectGateMiddleware
+
+        ledger = SqliteLedger(sd.ledger)
+        gate = EffectGateMiddleware(default_tools(sd.workspace, _endpoints(sd)), ledger=ledger)
+        middleware = [gate]
+        tools = []  # the middleware adds its tools to the agent
+    elif system is System.EFFECT_LEDGER:
         from effect_ledger import EffectExecutor
         from effect_ledger.langchain import READ_ONLY, ExecutionBoundary, current_operation
         from effect_ledger.langgraph import LedgerRunner
@@ -240,6 +255,8 @@ def _open_plain(system: System, options: DriveOptions) -> Iterator[_Plain]:
         yield _Plain(system=system, graph=graph, runner=runner, config=config)
     finally:
         conn.close()
+        if ledger is not None:
+            ledger.close()
 
 
 def _approve_all(value: Any) -> dict[str, Any]:
@@ -266,7 +283,8 @@ def _step(agent: _Plain, woke: bool) -> tuple[str, bool]:
         recovery = [i for i in snap.interrupts if _is_recovery(i)]
         if recovery and woke:
             return "held", woke  # woken once already and still unresolved
-        answers = {i.id: _approve_all(i.value) for i in snap.interrupts if not _is_recovery(i)}
+        answer = _review if agent.system is System.MIDDLEWARE else _approve_all
+        answers = {i.id: answer(i.value) for i in snap.interrupts if not _is_recovery(i)}
         if agent.runner is not None:
             agent.runner.resume(agent.config, responses=answers)
         else:

@@ -1,0 +1,271 @@
+"""``EffectGateMiddleware``: effectgate's review and ledger for a LangChain ``create_agent``.
+
+A drop-in for LangChain's ``HumanInTheLoopMiddleware`` (batched mode): the
+same interrupt shape (``{"action_requests": [...], "review_configs": [...]}``,
+each action with ``name``, ``args`` and ``description``) and the same resume
+value (``{"decisions": [{"type": "approve" | "edit" | "reject"}, ...]}``),
+plus what effectgate adds to every action (operation id, intent hash,
+preview, possible duplicate, conflict), approvals stored in the ledger, and
+every side-effecting call dispatched through the ledger.
+
+How, in LangChain's terms:
+
+- ``after_model`` runs effectgate's review node itself (``make_review_node``)
+  on the model's message: the same ``interrupt()``, validation and ledger
+  transaction as in ``build_agent``'s graph. The reviewed calls' tasks
+  (operation id, intent hash, the arguments to run) are kept in a private
+  state key, ``effectgate_tasks``, as HITL keeps its edits.
+- ``wrap_tool_call`` never calls the tool through the agent's ``ToolNode``
+  for a tool it gates: it runs effectgate's effect node function for the
+  call's task (``Dispatcher.dispatch``: ledger first, claim, call, result),
+  so a kill after the external commit, a resume, a replay or a fork is
+  answered from the ledger or reconciled by the tool's lookup, never run
+  blindly again. Read-only and malformed calls are answered by effectgate's
+  tools node function, as in its own graph.
+
+Differences from ``HumanInTheLoopMiddleware``: ``respond`` is not offered
+(a person's text in place of a side effect's receipt would tell the model an
+effect happened that did not), and an ``edit`` keeps the tool: the edited
+arguments get their own intent hash and operation id, checked against the
+ledger. Differences from effectgate's own graph are in
+``docs/bring-your-own-graph.md``.
+
+Importing this module needs the ``langchain`` package (``pip install
+langchain``); ``import effectgate`` does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    PrivateStateAttr,
+    ToolCallRequest,
+)
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.config import get_config
+from langgraph.runtime import Runtime
+from langgraph.types import Command, Send
+
+from effectgate._clock import Clock
+from effectgate.graph._blocks import build_parts, ensure_call_ids
+from effectgate.graph._messages import error_message, last_ai_message, pending_calls
+from effectgate.graph._nodes import malformed_reason
+from effectgate.graph._policy import Policy
+from effectgate.graph._state import EffectTask
+from effectgate.ledger import Ledger, Operation
+from effectgate.tools import ToolSpec
+
+__all__ = ["EffectGateMiddleware", "EffectGateState"]
+
+TASKS_KEY = "effectgate_tasks"
+"""Private state key: the reviewed calls of the last model message, by tool-call id."""
+
+
+class EffectGateState(AgentState[Any]):
+    """``create_agent`` state with the reviewed calls' tasks (private to the middleware)."""
+
+    effectgate_tasks: NotRequired[Annotated[dict[str, EffectTask], PrivateStateAttr]]
+    """The reviewed calls of the last model message, by tool-call id."""
+
+
+def _thread_id(config: RunnableConfig) -> str:
+    return str(config["configurable"]["thread_id"])
+
+
+def _gated_view(messages: list[AnyMessage], effects: Mapping[str, ToolSpec]) -> list[AnyMessage]:
+    """``messages`` with the last AI message cut down to its valid calls of effect tools.
+
+    effectgate's review node reviews every pending call of the last AI
+    message and expects reads and malformed calls to be answered before it;
+    in ``create_agent`` those run in the same tool-node superstep as the
+    effects, so the review sees only the calls it gates.
+    """
+    ai = last_ai_message(messages)
+    assert ai is not None
+    idx = max(i for i, m in enumerate(messages) if m is ai)
+    keep = {
+        c.id
+        for c in pending_calls(messages)
+        if c.name in effects and malformed_reason(c, effects) is None
+    }
+    view = ai.model_copy(
+        update={
+            "tool_calls": [tc for tc in ai.tool_calls if tc.get("id") in keep],
+            "invalid_tool_calls": [],
+        }
+    )
+    return [*messages[:idx], view, *messages[idx + 1 :]]
+
+
+class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
+    """Review side-effecting tool calls and run them through effectgate's ledger.
+
+    Use in place of ``HumanInTheLoopMiddleware`` (borrowed: its interrupt and
+    decision shapes); the agent needs a checkpointer, and each run a
+    ``thread_id``. The tools given here are added to the agent
+    (``AgentMiddleware.tools``); do not pass them to ``create_agent`` again.
+
+    Example:
+        ```python
+        gate = EffectGateMiddleware(tools, ledger=SqliteLedger("ledger.sqlite3"))
+        agent = create_agent(model, middleware=[gate], checkpointer=saver)
+        out = agent.invoke({"messages": [...]}, config, version="v2")
+        # out.interrupts[0].value: {"action_requests": [...], "review_configs": [...], ...}
+        agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        ```
+
+    Args:
+        tools: ``ToolSpec``s and/or LangChain tools (undeclared LangChain
+            tools are ``unsafe``: reviewed, never approved by policy, and
+            never re-run after a crash without a human verdict).
+        ledger: the operation ledger every dispatch consults first.
+        policy: approval TTL, auto-approval, default budget.
+        clock: time source for approvals and backoff.
+        worker: this process's worker id (``claimed_by``); default: new.
+        on_wait: progress hook called before each backoff wait (seconds).
+
+    Raises:
+        ValueError: two tools share a name.
+        ConfigError: ``EFFECTGATE_FAILPOINT`` names a seam or tool that does
+            not exist.
+
+    Note:
+        Tools that other middleware or ``create_agent(tools=...)`` add and
+        this middleware was not given run ungated, as with HITL's tools
+        outside ``interrupt_on``.
+    """
+
+    state_schema = EffectGateState
+
+    def __init__(
+        self,
+        tools: Iterable[ToolSpec | BaseTool],
+        *,
+        ledger: Ledger,
+        policy: Policy | None = None,
+        clock: Clock | None = None,
+        worker: str | None = None,
+        on_wait: Callable[[Operation, float], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._parts = build_parts(
+            tools, ledger=ledger, policy=policy, clock=clock, worker=worker, on_wait=on_wait
+        )
+        self.specs = self._parts.specs
+        self.effects = self._parts.effects
+        self.ledger = ledger
+        self.dispatcher = self._parts.dispatcher
+        self.tools = [_as_langchain_tool(spec) for spec in self.specs.values()]
+
+    def after_model(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Review the model message's side-effecting calls; record decisions in the ledger.
+
+        Re-runs from the top on every resume (LangGraph replays a node up to
+        its ``interrupt()``); everything before the interrupt only reads.
+
+        Returns:
+            ``None`` when nothing is gated; else the message with call ids
+            made unique (if any changed), rejection ``ToolMessage``s, and the
+            tasks ``wrap_tool_call`` runs.
+        """
+        config = get_config()
+        messages = list(state["messages"])
+        ai = last_ai_message(messages)
+        if ai is None or not ai.tool_calls:
+            return {TASKS_KEY: {}} if state.get(TASKS_KEY) else None
+        idx = max(i for i, m in enumerate(messages) if m is ai)
+        fixed = ensure_call_ids(ai, messages[:idx], thread_id=_thread_id(config))
+        update: list[AnyMessage] = [fixed] if fixed is not ai else []
+        messages[idx] = fixed
+        view = _gated_view(messages, self.effects)
+        if last_ai_message(view) is None or not pending_calls(view):
+            return {"messages": update, TASKS_KEY: {}}
+        command = self._parts.review({"messages": view}, config)
+        tasks: dict[str, EffectTask] = {}
+        goto = command.goto if isinstance(command.goto, list | tuple) else [command.goto]
+        for send in goto:
+            if isinstance(send, Send):
+                task: EffectTask = send.arg
+                tasks[task["tool_call_id"]] = task
+        answered = (command.update or {}).get("messages", [])
+        return {"messages": [*update, *answered], TASKS_KEY: tasks}
+
+    async def aafter_model(
+        self, state: EffectGateState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """``after_model`` for ``ainvoke``/``astream`` (the ledger calls block, as HITL's do)."""
+        return self.after_model(state, runtime)
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Run a gated call through the ledger instead of the tool node's own call.
+
+        Returns:
+            Exactly one ``ToolMessage`` for the call: the dispatch outcome
+            for a reviewed effect, the read's result, an error for a
+            malformed or unreviewed call; other middleware's tools go to
+            ``handler`` unchanged.
+
+        Raises:
+            LedgerError: the ledger failed; nothing new was committed.
+            ClaimLostError: another worker took this thread's attempt over.
+        """
+        answer = self._answer(request)
+        return handler(request) if answer is None else answer
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """``wrap_tool_call`` for async runs; the dispatch itself runs synchronously.
+
+        The ledger and effectgate's tools are synchronous: a gated call holds
+        the event loop while it runs, as a sync tool would.
+        """
+        answer = self._answer(request)
+        return await handler(request) if answer is None else answer
+
+    def _answer(self, request: ToolCallRequest) -> ToolMessage | None:
+        """The ``ToolMessage`` for a call of a tool this middleware has; ``None`` for others."""
+        call = request.tool_call
+        name = call["name"]
+        if name not in self.specs:
+            return None
+        tasks: Mapping[str, EffectTask] = (request.state or {}).get(TASKS_KEY) or {}
+        task = tasks.get(str(call.get("id")))
+        if name in self.effects and task is not None:
+            out: dict[str, Any] = self._parts.effect[name](task)
+            message: ToolMessage = out["messages"][0]
+            return message
+        one = AIMessage(content="", tool_calls=[call])
+        answers = self._parts.tools({"messages": [one]}, request.runtime.config)["messages"]
+        if answers:
+            first: ToolMessage = answers[0]
+            return first
+        # A valid effect call with no reviewed task: never run it unreviewed.
+        pending = pending_calls([one])[0]
+        return error_message(pending, "not executed: this call was not reviewed")
+
+
+def _as_langchain_tool(spec: ToolSpec) -> BaseTool:
+    """The model-facing LangChain tool of a ``ToolSpec`` (never run: the middleware is)."""
+
+    def refuse(**_: Any) -> str:
+        raise RuntimeError(
+            f"{spec.name} runs through EffectGateMiddleware.wrap_tool_call; "
+            "add the middleware to the agent that binds this tool"
+        )
+
+    return StructuredTool.from_function(
+        func=refuse, name=spec.name, description=spec.description, args_schema=spec.args_schema
+    )

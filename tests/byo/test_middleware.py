@@ -1,0 +1,168 @@
+"""``EffectGateMiddleware`` in a LangChain ``create_agent`` agent, in one process."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from effectgate._app import StateDir, default_tools
+from effectgate.demo.services import DemoServices, read_tickets
+from effectgate.dispatch import Dispatcher
+from effectgate.ledger import OpState, SqliteLedger
+from effectgate.models import make_model
+from effectgate.testing.oracle import world
+from tests.byo._agents import middleware_agent
+from tests.byo.conftest import all_checkpoint_problems
+
+pytest.importorskip("langchain.agents")
+
+CONFIG: Any = {"configurable": {"thread_id": "t1"}}
+HITL_DECISIONS = {"approve", "edit", "reject", "respond"}
+
+
+@pytest.fixture
+def agent(services: DemoServices, state_dir: StateDir) -> Iterator[tuple[Any, SqliteLedger]]:
+    conn = sqlite3.connect(state_dir.checkpoints, check_same_thread=False)
+    with SqliteLedger(state_dir.ledger) as ledger:
+        graph = middleware_agent(
+            make_model("scripted:incident"),
+            default_tools(state_dir.workspace, services.endpoints),
+            ledger=ledger,
+            checkpointer=SqliteSaver(conn),
+        )
+        yield graph, ledger
+    conn.close()
+
+
+def start(graph: Any) -> Any:
+    return graph.invoke({"messages": [HumanMessage("handle it")]}, CONFIG, version="v2")
+
+
+def test_interrupt_has_hitl_shape_plus_operation_ids(agent: tuple[Any, SqliteLedger]) -> None:
+    """HITL's request keys and decision names, with effectgate's operation id and intent hash."""
+    graph, ledger = agent
+    (pending,) = start(graph).interrupts
+    value = pending.value
+    (action,) = value["action_requests"]
+    (config,) = value["review_configs"]
+    assert {"name", "args", "description"} <= set(action)
+    assert action["name"] == config["action_name"] == "create_ticket"
+    assert set(config["allowed_decisions"]) <= HITL_DECISIONS
+    assert action["operation_id"] == "ticket:orders-error-rate"
+    assert len(action["intent_hash"]) == 64
+    assert ledger.list(thread_id="t1") == []  # nothing recorded before the answer
+
+
+def test_edit_runs_the_edited_call_once(
+    agent: tuple[Any, SqliteLedger], state_dir: StateDir
+) -> None:
+    """An edit is stored as the operation's arguments and is what the ticket service saw."""
+    graph, ledger = agent
+    (pending,) = start(graph).interrupts
+    args = {**pending.value["action_requests"][0]["args"], "title": "orders: edited title"}
+    edit = {"type": "edit", "edited_action": {"name": "create_ticket", "args": args}}
+    out = graph.invoke(Command(resume={"decisions": [edit]}), CONFIG, version="v2")
+    (ticket,) = read_tickets(state_dir.services)
+    assert ticket["title"] == "orders: edited title"
+    (op,) = ledger.list(thread_id="t1", tool="create_ticket")
+    assert op.args["title"] == "orders: edited title" and op.state is OpState.SUCCEEDED
+    answer = next(
+        m for m in out.value["messages"] if isinstance(m, ToolMessage) and m.name == "create_ticket"
+    )
+    assert "edited title" in str(answer.content)
+
+
+def test_reject_runs_nothing(agent: tuple[Any, SqliteLedger], state_dir: StateDir) -> None:
+    """A rejected call is answered in after_model and never reaches the tool node."""
+    graph, ledger = agent
+    start(graph)
+    reject = {"type": "reject", "message": "not now"}
+    out = graph.invoke(Command(resume={"decisions": [reject]}), CONFIG, version="v2")
+    assert world(state_dir).tickets == 0
+    (op,) = ledger.list(thread_id="t1")
+    assert op.state is OpState.REJECTED
+    (answer,) = [m for m in out.value["messages"] if getattr(m, "name", "") == "create_ticket"]
+    assert answer.status == "error" and "not now" in str(answer.content)
+    assert out.interrupts == ()
+
+
+def test_bad_answer_is_asked_again_and_runs_nothing(
+    agent: tuple[Any, SqliteLedger], state_dir: StateDir
+) -> None:
+    """A malformed answer is refused by asking again with the error, as in effectgate's graph."""
+    graph, ledger = agent
+    start(graph)
+    out = graph.invoke(Command(resume={"decisions": []}), CONFIG, version="v2")
+    (pending,) = out.interrupts
+    assert "0 decision(s) for 1 pending call(s)" in pending.value["error"]
+    assert world(state_dir).tickets == 0 and ledger.list(thread_id="t1") == []
+
+
+def test_fork_from_before_the_writes_repeats_none(
+    agent: tuple[Any, SqliteLedger], state_dir: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replaying the thread from a checkpoint before its tool node reuses the stored receipts."""
+    graph, _ = agent
+    out = start(graph)
+    while out.interrupts:
+        (pending,) = out.interrupts
+        decisions = [{"type": "approve"} for _ in pending.value["action_requests"]]
+        out = graph.invoke(Command(resume={"decisions": decisions}), CONFIG, version="v2")
+    assert (world(state_dir).tickets, world(state_dir).mails) == (1, 1)
+    before_tools = [
+        s
+        for s in graph.get_state_history(CONFIG)
+        if s.next == ("tools", "tools") and not s.interrupts
+    ]
+    assert before_tools, "no checkpoint before the mail and note ran"
+    dispatched: list[str] = []
+    original = Dispatcher.dispatch
+
+    def counting(self: Dispatcher, call: Any) -> Any:
+        dispatched.append(call.tool)
+        return original(self, call)
+
+    monkeypatch.setattr(Dispatcher, "dispatch", counting)
+    fork = graph.invoke(None, before_tools[0].config, version="v2")
+    assert fork.interrupts == ()
+    assert sorted(dispatched) == ["send_email", "write_file"]  # the fork did run the tool node
+    w = world(state_dir)
+    assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
+    assert all_checkpoint_problems(state_dir.checkpoints, "t1") == []
+
+
+def test_async_run_dispatches_through_the_ledger(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """``ainvoke`` takes the same path: one review per turn, each write once, receipts stored."""
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    with SqliteLedger(state_dir.ledger) as ledger:
+        graph = middleware_agent(
+            make_model("scripted:incident"),
+            default_tools(state_dir.workspace, services.endpoints),
+            ledger=ledger,
+            checkpointer=InMemorySaver(),
+        )
+
+        async def run() -> Any:
+            out = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, version="v2")
+            while out.interrupts:
+                (pending,) = out.interrupts
+                count = len(pending.value["action_requests"])
+                answer = {"decisions": [{"type": "approve"}] * count}
+                out = await graph.ainvoke(Command(resume=answer), CONFIG, version="v2")
+            return out
+
+        asyncio.run(run())
+        w = world(state_dir)
+        assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
+        assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
