@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_bring_your_own_graph.py"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07_bring_your_own_graph.py"
 
 
 @pytest.mark.slow
