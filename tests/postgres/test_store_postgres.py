@@ -10,7 +10,7 @@ import pytest
 
 from effectgate import errors
 from effectgate._clock import FakeClock
-from effectgate.ledger import PostgresLedger, PostgresLedgerStore
+from effectgate.ledger import EventKind, PostgresLedger, PostgresLedgerStore
 from effectgate.ledger._postgres import DatabaseClock, same_database, without_password
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS
 from effectgate.testing.ledger_conformance import make_approval, make_request
@@ -214,3 +214,36 @@ def test_a_lease_stored_as_never_expiring_is_held_and_breakable(postgres_url: st
         pytest.raises(psycopg.errors.RaiseException, match="append-only"),
     ):
         conn.execute("DELETE FROM ledger_thread_events")
+
+
+def test_an_id_used_again_after_compaction_is_flagged_and_compacts_again(
+    postgres_url: str,
+) -> None:
+    """Reopening a compacted id records its tombstone; compacting it again replaces that."""
+    clock = FakeClock()
+    with _ledger(postgres_url, clock=clock) as ledger:
+        first = _rejected(ledger, clock, "t1:c1")
+        clock.advance(60)
+        with ledger.store.transaction() as tx:
+            assert tx.compact_operations(finished_before=clock.now(), now=clock.now()) == 1
+        _rejected(ledger, clock, "t1:c1")
+        (created,) = [e for e in ledger.events(operation_id="t1:c1") if e.kind is EventKind.CREATED]
+        assert created.detail["compacted_earlier"]["intent_hash"] == first
+        clock.advance(60)
+        with ledger.store.transaction() as tx:
+            assert tx.compact_operations(finished_before=clock.now(), now=clock.now()) == 1
+        with ledger.store.read() as r:
+            tomb = r.get_operation_tombstone("t1:c1")
+        assert tomb is not None and tomb.compacted_at == clock.now()
+
+
+def test_an_unknown_state_cannot_be_written(postgres_url: str) -> None:
+    """The state CHECK makes a row no build can read impossible, so no state filter misses one."""
+    clock = FakeClock()
+    with _ledger(postgres_url, clock=clock) as ledger:
+        _rejected(ledger, clock, "t1:c1")
+    with (
+        psycopg.connect(postgres_url, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.CheckViolation),
+    ):
+        conn.execute("UPDATE ledger_operations SET state = 'SUCCEEDED '")
