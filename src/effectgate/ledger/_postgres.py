@@ -22,6 +22,9 @@ no decision the facade takes rests on a plain snapshot read:
 - write-once rows (operations, approvals, threads, leases) are inserted with
   ``ON CONFLICT DO NOTHING`` on their key and read back, which waits for a
   concurrent insert of the same key to commit or roll back.
+- compaction locks the terminal rows it picks (``FOR UPDATE``, in id order)
+  before it writes their tombstones and deletes them, so a concurrent writer
+  of one of those rows waits and then finds it gone.
 
 SERIALIZABLE would add nothing to these row-level rules and would make
 transactions fail with serialization errors that the ``transaction()`` block
