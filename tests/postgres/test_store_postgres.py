@@ -10,13 +10,15 @@ import pytest
 
 from effectgate import errors
 from effectgate._clock import FakeClock
-from effectgate.ledger import PostgresLedger, PostgresLedgerStore
+from effectgate.ledger import EventKind, PostgresLedger, PostgresLedgerStore
 from effectgate.ledger._postgres import DatabaseClock, same_database, without_password
+from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS
 from effectgate.testing.ledger_conformance import make_approval, make_request
 
 
 def _ledger(url: str, **kwargs: object) -> PostgresLedger:
-    return PostgresLedger(url, clock=FakeClock(), **kwargs)  # type: ignore[arg-type]
+    kwargs.setdefault("clock", FakeClock())
+    return PostgresLedger(url, **kwargs)  # type: ignore[arg-type]
 
 
 def test_a_newer_schema_is_refused_untouched(postgres_url: str) -> None:
@@ -113,3 +115,135 @@ def test_store_urls_are_compared_and_written_without_passwords() -> None:
     bare = without_password(url)
     assert "s3cret" not in bare and same_database(bare, url)
     assert not same_database(url, url.replace("team", "other"))
+
+
+def _rejected(ledger: PostgresLedger, clock: FakeClock, operation_id: str) -> str:
+    """Open ``operation_id`` and reject it: a terminal operation with an approval and events."""
+    req = make_request(operation_id)
+    ledger.record_review([req], [make_approval(req, clock, decision="reject")])
+    return req.intent_hash
+
+
+def test_a_version_1_schema_is_migrated_and_keeps_its_rows(postgres_url: str) -> None:
+    """A schema written by the first PostgreSQL build opens, migrates to the latest, and works."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for statement in PG_MIGRATIONS[1]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO ledger_schema_version VALUES (1, 0)")
+        conn.execute(
+            "INSERT INTO ledger_threads VALUES ('old', '{}', '{}', 0)"
+        )  # a row written before
+    with pytest.raises(errors.SchemaVersionError):
+        PostgresLedgerStore(postgres_url, migrate=False)
+    clock = FakeClock()
+    with _ledger(postgres_url, clock=clock) as ledger:
+        assert ledger.get_thread("old") is not None
+        _rejected(ledger, clock, "t1:c1")
+        clock.advance(60)
+        with ledger.store.transaction() as tx:
+            assert tx.compact_operations(finished_before=clock.now(), now=clock.now()) == 1
+    with psycopg.connect(postgres_url) as conn:
+        (top,) = conn.execute("SELECT MAX(version) FROM ledger_schema_version").fetchone() or (0,)
+    assert top == PG_LATEST_VERSION
+
+
+def test_rows_are_deleted_only_behind_a_tombstone(postgres_url: str) -> None:
+    """The delete guards refuse by hand what compaction may do once the tombstone is written."""
+    clock = FakeClock()
+    with _ledger(postgres_url, clock=clock) as ledger:
+        intent = _rejected(ledger, clock, "t1:c1")
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            for table in ("ledger_operations", "ledger_approvals", "ledger_events"):
+                with pytest.raises(psycopg.errors.RaiseException, match="ledger: "):
+                    conn.execute(f"DELETE FROM {table}")
+            # a tombstone naming another intent does not free the operation row
+            conn.execute(
+                "INSERT INTO ledger_operation_tombstones VALUES "
+                "('t1:c1', 't1', 'write_file', 'other', 'REJECTED', NULL, 0, 0)"
+            )
+            conn.execute("DELETE FROM ledger_events")  # events and approvals go once it exists
+            with pytest.raises(psycopg.errors.RaiseException, match="only once compacted"):
+                conn.execute("DELETE FROM ledger_operations")
+            conn.execute("DELETE FROM ledger_operation_tombstones")
+        clock.advance(60)
+        with ledger.store.transaction() as tx:
+            assert tx.compact_operations(finished_before=clock.now(), now=clock.now()) == 1
+        assert ledger.get("t1:c1") is None
+        with ledger.store.read() as r:
+            tomb = r.get_operation_tombstone("t1:c1")
+            assert r.approvals("t1:c1") == []
+        assert tomb is not None and (tomb.intent_hash, tomb.compacted_at) == (intent, clock.now())
+        with ledger.store.transaction() as tx:
+            assert tx.drop_operation_tombstones(finished_before=clock.now()) == 1
+        with ledger.store.read() as r:
+            assert r.get_operation_tombstone("t1:c1") is None
+
+
+def test_compaction_leaves_unfinished_and_other_threads_alone(postgres_url: str) -> None:
+    """Only terminal operations of the named threads, finished before the cutoff, are compacted."""
+    clock = FakeClock()
+    with _ledger(postgres_url, clock=clock) as ledger:
+        _rejected(ledger, clock, "t1:c1")
+        other = make_request("t2:c1", thread_id="t2")
+        ledger.record_review([other], [make_approval(other, clock, decision="reject")])
+        live = make_request("t1:c2")
+        ledger.record_review([live], [make_approval(live, clock)])  # APPROVED: unfinished
+        cutoff = clock.now() + timedelta(seconds=1)
+        with ledger.store.transaction() as tx:
+            assert tx.compact_operations(finished_before=cutoff, now=cutoff, thread_ids=[]) == 0
+            n = tx.compact_operations(finished_before=cutoff, now=cutoff, thread_ids=["t1"])
+        assert n == 1
+        assert [op.operation_id for op in ledger.list()] == ["t1:c2", "t2:c1"]
+
+
+def test_a_lease_stored_as_never_expiring_is_held_and_breakable(postgres_url: str) -> None:
+    """An expiry past datetime's range reads as held; the compare-and-set still matches it."""
+    with _ledger(postgres_url) as ledger:
+        ledger.acquire_lease("t1", "far-host", 60)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"UPDATE ledger_thread_leases SET expires_at_ms = {2**63 - 1}")
+        with pytest.raises(errors.ThreadBusyError):
+            ledger.acquire_lease("t1", "me", 60)
+        was = ledger.break_lease("t1", by="carol", reason="far-host is gone")
+        assert was.expires_at == datetime.max.replace(tzinfo=UTC)
+        assert ledger.acquire_lease("t1", "me", 60).token == 3
+        (event,) = ledger.thread_events("t1")
+        assert (event.kind, event.actor) == ("lease_broken", "carol")
+    with (
+        psycopg.connect(postgres_url, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.RaiseException, match="append-only"),
+    ):
+        conn.execute("DELETE FROM ledger_thread_events")
+
+
+def test_an_id_used_again_after_compaction_is_flagged_and_compacts_again(
+    postgres_url: str,
+) -> None:
+    """Reopening a compacted id records its tombstone; compacting it again replaces that."""
+    clock = FakeClock()
+    with _ledger(postgres_url, clock=clock) as ledger:
+        first = _rejected(ledger, clock, "t1:c1")
+        clock.advance(60)
+        with ledger.store.transaction() as tx:
+            assert tx.compact_operations(finished_before=clock.now(), now=clock.now()) == 1
+        _rejected(ledger, clock, "t1:c1")
+        (created,) = [e for e in ledger.events(operation_id="t1:c1") if e.kind is EventKind.CREATED]
+        assert created.detail["compacted_earlier"]["intent_hash"] == first
+        clock.advance(60)
+        with ledger.store.transaction() as tx:
+            assert tx.compact_operations(finished_before=clock.now(), now=clock.now()) == 1
+        with ledger.store.read() as r:
+            tomb = r.get_operation_tombstone("t1:c1")
+        assert tomb is not None and tomb.compacted_at == clock.now()
+
+
+def test_an_unknown_state_cannot_be_written(postgres_url: str) -> None:
+    """The state CHECK makes a row no build can read impossible, so no state filter misses one."""
+    clock = FakeClock()
+    with _ledger(postgres_url, clock=clock) as ledger:
+        _rejected(ledger, clock, "t1:c1")
+    with (
+        psycopg.connect(postgres_url, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.CheckViolation),
+    ):
+        conn.execute("UPDATE ledger_operations SET state = 'SUCCEEDED '")

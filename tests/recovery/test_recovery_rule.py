@@ -18,7 +18,7 @@ from effectgate._clock import FakeClock
 from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.errors import ClaimLostError, OperationBusyError
-from effectgate.ledger import EventKind, Operation, OpState, SqliteLedger
+from effectgate.ledger import EventKind, Ledger, Operation, OpState, PostgresLedger, SqliteLedger
 from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
 from effectgate.tools import EffectKind, Lookup, ToolResult, ToolSpec
 
@@ -26,10 +26,16 @@ OP = "ticket:db-down"  # a business key: opened by thread A, needed by thread B
 ALIVE = new_worker_id()  # this test process: alive, never proven gone
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Iterator[tuple[SqliteLedger, FakeClock]]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Ledger, FakeClock]]:
+    """The same rule on each store (tests annotate it as SqliteLedger, the first of them)."""
     clock = FakeClock()
-    with SqliteLedger(tmp_path / "ledger.sqlite3", clock=clock) as ledger:
+    opened: Ledger
+    if request.param == "postgres":
+        opened = PostgresLedger(request.getfixturevalue("postgres_url"), clock=clock, pool_size=2)
+    else:
+        opened = SqliteLedger(tmp_path / "ledger.sqlite3", clock=clock)
+    with opened as ledger:
         req = make_request(OP, thread_id="A")
         ledger.record_review([req], [make_approval(req, clock)])
         yield ledger, clock

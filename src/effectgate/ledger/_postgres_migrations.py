@@ -3,7 +3,8 @@
 Versioned exactly as the SQLite ones (``_migrations``): ``PG_MIGRATIONS[v]``
 takes a schema from version ``v - 1`` to ``v``, a released entry is never
 edited, and a store refuses a schema newer than ``PG_LATEST_VERSION``. The
-PostgreSQL line starts at 1 with what SQLite reached in two steps.
+PostgreSQL line starts at 1 with what SQLite reached in two steps;
+version 2 brings what SQLite's versions 3 (retention) and 4 (thread events) added.
 
 Columns keep the SQLite names and units (``*_ms`` integer milliseconds since
 the Unix epoch, ``*_s`` float seconds, ``*_json`` canonical JSON *text*, not
@@ -126,7 +127,74 @@ _V1: tuple[str, ...] = (
     )""",
 )
 
-PG_MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1)
+_V2: tuple[str, ...] = (
+    # Retention, as SQLite's version 3. A deleted thread keeps a tombstone
+    # (when, by whom, why), so it is listed as deleted and never resumed. A
+    # terminal operation past the retention window is compacted to a
+    # tombstone that still answers "this id was used, with this intent and
+    # this receipt"; its approvals, events and row may then go, and only then.
+    """CREATE TABLE ledger_thread_tombstones (
+        thread_id text PRIMARY KEY,
+        deleted_at_ms bigint NOT NULL,
+        deleted_by text NOT NULL,
+        reason text NOT NULL
+    )""",
+    """CREATE TABLE ledger_operation_tombstones (
+        operation_id text PRIMARY KEY,
+        thread_id text NOT NULL,
+        tool text NOT NULL,
+        intent_hash text NOT NULL,
+        state text NOT NULL CHECK (state IN ('SUCCEEDED','FAILED','REJECTED')),
+        receipt_json text,
+        finished_at_ms bigint NOT NULL,
+        compacted_at_ms bigint NOT NULL
+    )""",
+    """CREATE INDEX ledger_operation_tombstones_by_finish
+        ON ledger_operation_tombstones (finished_at_ms)""",
+    # The delete guards: a row goes only once its operation has a tombstone;
+    # the operation row itself only if the tombstone records its very intent
+    # and state. TRUNCATE stays refused (version 1's statement triggers).
+    """CREATE FUNCTION ledger_refuse_untombstoned() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_TABLE_NAME = 'ledger_operations' THEN
+                IF NOT EXISTS (SELECT 1 FROM ledger_operation_tombstones t
+                        WHERE t.operation_id = OLD.operation_id
+                        AND t.intent_hash = OLD.intent_hash AND t.state = OLD.state) THEN
+                    RAISE EXCEPTION 'ledger: %', TG_ARGV[0];
+                END IF;
+            ELSIF NOT EXISTS (SELECT 1 FROM ledger_operation_tombstones t
+                    WHERE t.operation_id = OLD.operation_id) THEN
+                RAISE EXCEPTION 'ledger: %', TG_ARGV[0];
+            END IF;
+            RETURN OLD;
+        END $$""",
+    "DROP TRIGGER ledger_operations_delete ON ledger_operations",
+    """CREATE TRIGGER ledger_operations_delete BEFORE DELETE ON ledger_operations
+        FOR EACH ROW
+        EXECUTE FUNCTION ledger_refuse_untombstoned('an operation goes only once compacted')""",
+    "DROP TRIGGER ledger_approvals_delete ON ledger_approvals",
+    """CREATE TRIGGER ledger_approvals_delete BEFORE DELETE ON ledger_approvals
+        FOR EACH ROW EXECUTE FUNCTION ledger_refuse_untombstoned('approvals are append-only')""",
+    "DROP TRIGGER ledger_events_delete ON ledger_events",
+    """CREATE TRIGGER ledger_events_delete BEFORE DELETE ON ledger_events
+        FOR EACH ROW EXECUTE FUNCTION ledger_refuse_untombstoned('events are append-only')""",
+    # Recovery, as SQLite's version 4: facts about a thread rather than one
+    # operation (a lease broken by hand), append-only.
+    """CREATE TABLE ledger_thread_events (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        thread_id text NOT NULL,
+        kind text NOT NULL,
+        actor text NOT NULL,
+        at_ms bigint NOT NULL,
+        detail_json text NOT NULL
+    )""",
+    "CREATE INDEX ledger_thread_events_by_thread ON ledger_thread_events (thread_id, seq)",
+    _refuse("ledger_thread_events", "update", "thread events are append-only"),
+    _refuse("ledger_thread_events", "delete", "thread events are append-only"),
+    _refuse("ledger_thread_events", "truncate", "thread events are append-only"),
+)
+
+PG_MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2)
 """Statements per version; all pending versions run in one transaction under an advisory lock."""
 
 PG_LATEST_VERSION = len(PG_MIGRATIONS) - 1
