@@ -221,10 +221,10 @@ STATE_DIRS: list[tuple[str, Callable[[World], Path], str]] = [
     ("marker-wrong-format", _after_first_run(_marker(b'{"format": 99}')), "format"),
     ("marker-fifo", _after_first_run(_marker_fifo), "not an effectgate state directory"),
     ("symlink-loop", _loop, "state directory"),
-    ("checkpoints-garbage", _after_first_run(_garbage("checkpoints.sqlite3")), "not a checkpoint"),
 ]
 
 DAMAGED_LEDGER = _after_first_run(_garbage("ledger.sqlite3"))
+DAMAGED_CHECKPOINTS = _after_first_run(_garbage("checkpoints.sqlite3"))
 
 
 @pytest.mark.parametrize(
@@ -248,6 +248,15 @@ def test_hostile_state_directory(
     )
     assert_clean_error(ran, BAD_INPUT, fragment)
     world.assert_outside_untouched()
+
+
+def test_garbage_checkpoints_are_reported_not_repaired(world: World) -> None:
+    """A checkpoint file that is not a database: exit 1 (damaged state), one line, left as is."""
+    DAMAGED_CHECKPOINTS(world)
+    before = (world.state / "checkpoints.sqlite3").read_bytes()
+    ran = world.run("run", "task", "--model", _write_call(world), "--approve", "all")
+    assert_clean_error(ran, 1, "a state file is damaged")
+    assert (world.state / "checkpoints.sqlite3").read_bytes() == before
 
 
 def test_garbage_ledger_is_reported_not_repaired(world: World) -> None:
