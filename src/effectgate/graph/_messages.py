@@ -215,21 +215,42 @@ def error_message(call: PendingCall, text: str) -> ToolMessage:
 
 
 def rejection_message(
-    *, tool_call_id: str, tool: str, message: str | None, operation_id: str | None = None
+    *,
+    tool_call_id: str,
+    tool: str,
+    message: str | None,
+    operation_id: str | None = None,
+    note: str | None = None,
 ) -> ToolMessage:
-    """Answer a call a reviewer rejected: not executed, do not retry (HITL wording)."""
+    """Answer a call a reviewer rejected: not executed, do not retry (HITL wording).
+
+    Args:
+        tool_call_id: the call answered.
+        tool: its tool.
+        message: the reviewer's reason, told to the model as one sentence.
+        operation_id: the operation the call mapped to, when recorded.
+        note: a further fact the model must know (the operation is another
+            call's, or an earlier attempt may have taken effect).
+    """
     text = (
-        f"User rejected the tool call for `{tool}` with reason: {message}"
-        if message
+        f"User rejected the tool call for `{tool}` with reason: {_sentence(message)}"
+        if message and message.strip()
         else f"User rejected the tool call for `{tool}` with id {tool_call_id}."
     )
-    text += " The tool was not executed. Do not retry this tool call unless the user asks."
+    text += " The tool was not executed" + (f"; {note}." if note else ".")
+    text += " Do not retry this tool call unless the user asks."
     payload = {"status": "rejected", "message": text, "executed": False}
     if operation_id:
         payload["operation_id"] = operation_id
     return ToolMessage(
         content=_content(payload), tool_call_id=tool_call_id, name=tool, status="error"
     )
+
+
+def _sentence(text: str) -> str:
+    """``text`` stripped, ending in a full stop unless it already ends a sentence."""
+    text = text.strip()
+    return text if text[-1] in ".!?…" else text + "."
 
 
 def effect_message(

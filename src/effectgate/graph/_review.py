@@ -27,6 +27,7 @@ from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate._intent import default_operation_id
+from effectgate.answers import recorded_decision, started
 from effectgate.errors import ConfigError, DecisionError, ToolCallError
 from effectgate.graph._messages import PendingCall, error_message, pending_calls, rejection_message
 from effectgate.graph._policy import Policy
@@ -97,6 +98,8 @@ def choose_operation_id(
     ``{thread_id}:{tool_call_id}``. It is used when no operation has it yet or
     the existing one belongs to this call; otherwise ``{base}#2``,
     ``{base}#3``, ... are tried in order until one is free or belongs. An
+    existing operation under a candidate id never belongs when its own
+    arguments give another base id (a key that itself ends in ``#2``). An
     existing operation belongs to this call when
 
     - for a thread-scoped id: it was opened by this very thread and call
@@ -137,12 +140,31 @@ def choose_operation_id(
     base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=tool_call_id)
     keyed = base != default_operation_id(thread_id, tool_call_id)
     candidate, n = base, 1
-    while (op := ledger.get(candidate)) is not None and not _belongs(
-        op, keyed=keyed, thread_id=thread_id, tool_call_id=tool_call_id
+    while (op := ledger.get(candidate)) is not None and not (
+        _same_base(spec, op, base, suffixed=n > 1)
+        and _belongs(op, keyed=keyed, thread_id=thread_id, tool_call_id=tool_call_id)
     ):
         n += 1
         candidate = f"{base}#{n}"
     return candidate, op
+
+
+def _same_base(spec: ToolSpec, op: Operation, base: str, *, suffixed: bool) -> bool:
+    """Whether ``op`` was opened under ``base`` (or one of its ``#n`` variants).
+
+    A business key may itself end in ``#2`` (an alert literally named
+    ``K#2``): its operation must never pass for the second operation of key
+    ``K``, nor the reverse. The stored arguments say which key an operation
+    was opened for, so ids stay as they were and old ledgers read the same.
+    """
+    if op.tool != spec.name:
+        return False
+    try:
+        args = spec.normalize(dict(op.args), tool_call_id=op.tool_call_id)
+        own = spec.operation_id_for(args, thread_id=op.thread_id, tool_call_id=op.tool_call_id)
+    except ToolCallError:
+        return not suffixed  # the tool changed: judge the base id as before
+    return own == base
 
 
 _MAY_TAKE_EFFECT = (UNFINISHED - {OpState.PROPOSED}) | {OpState.SUCCEEDED}
@@ -160,6 +182,18 @@ def _possible_duplicate(ledger: Ledger, op_id: str, ihash: str) -> str | None:
         if op.operation_id != op_id:
             return op.operation_id
     return None
+
+
+def _approved_by(ledger: Ledger, op: Operation, thread_id: str, call_id: str, ihash: str) -> bool:
+    """Whether this very call's approval of these arguments is recorded and still stands."""
+    if op.state is not OpState.APPROVED or not _opened_by(op, thread_id, call_id):
+        return False
+    found = recorded_decision(
+        ledger,
+        thread_id,
+        {"operation_id": op.operation_id, "tool_call_id": call_id, "intent_hash": ihash},
+    )
+    return found is not None and found[0] == "approve"
 
 
 def _prepare_one(
@@ -196,7 +230,20 @@ def _prepare_one(
     allowed: list[Any] = ["edit", "reject"] if conflict else ["approve", "edit", "reject"]
     # A call whose operation already ended with these very arguments cannot
     # act again (dispatch returns the stored outcome), so nobody is asked.
-    settled = existing is not None and conflict is None and existing.is_terminal
+    # One that started (in flight, unknown, parked for reconciliation) can no
+    # longer be stopped by a "no": dispatch shows its state and asks for a
+    # verdict instead, so no reject ever claims it did not run. One whose
+    # decision this very call already recorded (a process killed right after
+    # recording it) is not asked again: the answer was consumed.
+    settled = (
+        existing is not None
+        and conflict is None
+        and (
+            existing.is_terminal
+            or started(existing.state)
+            or _approved_by(ledger, existing, thread_id, call.id, ihash)
+        )
+    )
     # Policy may approve without asking, but never an unsafe tool, a possible
     # duplicate, or a call whose operation id is bound to other arguments.
     policy_approves = not spec.needs_review or spec.name in policy.auto_approve
@@ -282,6 +329,13 @@ def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -
     named = decision.get("tool_call_id")
     if named is not None and named != p.call.id:
         raise DecisionError(f"decision names call {named!r} where {p.call.id!r} was expected")
+    for key in ("operation_id", "intent_hash"):
+        named = decision.get(key)
+        if named is not None and named != p.request[key]:
+            raise DecisionError(
+                f"decision names {key} {named!r} where the review shows {p.request[key]!r} "
+                f"({p.spec.name}, {p.call.id}); review it again"
+            )
     if kind == "edit":
         return _decide_edit(p, decision, thread_id=thread_id, ledger=ledger)
     message = decision.get("message")
@@ -535,6 +589,7 @@ def _record_and_route(
     rows: list[tuple[OpenRequest, Approval]] = []
     messages: list[ToolMessage] = []
     runnable: list[tuple[Prepared, _Decided]] = []
+    rejected: list[tuple[Prepared, _Decided]] = []
     for p in prepared:
         d = by_id.get(p.call.id)
         answer = _unrunnable_answer(p, d)
@@ -553,24 +608,52 @@ def _record_and_route(
                     "left_unchanged": True,
                 },
             )
-        elif not p.settled:  # a settled operation has nothing left to approve
-            rows.append(
-                _ledger_rows(p, d, thread_id=thread_id, reviewer=reviewer, policy=policy, now=now)
-            )
-        if d.kind == "reject":
             messages.append(
                 rejection_message(
                     tool_call_id=p.call.id,
                     tool=p.spec.name,
                     message=d.message,
                     operation_id=d.operation_id,
+                    note=f"operation {d.operation_id} belongs to another call and was left to it",
                 )
             )
+            continue
+        if not p.settled:  # a settled operation has nothing left to approve
+            rows.append(
+                _ledger_rows(p, d, thread_id=thread_id, reviewer=reviewer, policy=policy, now=now)
+            )
+        if d.kind == "reject":
+            rejected.append((p, d))
         else:
             runnable.append((p, d))
+    states = {}
     if rows:
-        ledger.record_review([r[0] for r in rows], [r[1] for r in rows])
+        recorded = ledger.record_review([r[0] for r in rows], [r[1] for r in rows])
+        states = {op.operation_id: op.state for op in recorded}
     _failpoints.hit(Failpoint.AFTER_REVIEW_RECORDED)
+    for p, d in rejected:
+        state = states.get(d.operation_id, OpState.REJECTED)
+        if started(state):
+            # The "no" came too late: the operation started meanwhile (another
+            # thread's call under a shared key). Only dispatch can say what
+            # happened; "not executed" would be a guess.
+            runnable.append((p, d))
+            continue
+        note = None
+        if state is not OpState.REJECTED:
+            note = (
+                f"operation {d.operation_id} is {state.value}: an earlier attempt may have "
+                "taken effect; no further attempt is made for this call"
+            )
+        messages.append(
+            rejection_message(
+                tool_call_id=p.call.id,
+                tool=p.spec.name,
+                message=d.message,
+                operation_id=d.operation_id,
+                note=note,
+            )
+        )
     sends = [_send(p, d, thread_id=thread_id, batch_size=len(runnable)) for p, d in runnable]
     update = {"messages": messages} if messages else None
     return Command(goto=sends or "agent", update=update)
