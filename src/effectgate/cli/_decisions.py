@@ -119,6 +119,20 @@ class BlanketDecisions:
                     f"{flag}: cannot {wanted} {label} (allowed: {allowed}){why}; left for review"
                 )
                 return None
+            repeat = action.get("repeat_of_rejected")
+            replaced = action.get("replaced_by_edit")
+            if self.approve and (repeat or replaced):
+                why = (
+                    f"repeats {repeat.get('operation_id')}, which a reviewer rejected "
+                    f"({repeat.get('reason')})"
+                    if isinstance(repeat, Mapping)
+                    else f"was replaced by a reviewer's edit (operation {replaced})"
+                )
+                self.say(
+                    f"{flag}: {label} {why} — approve it explicitly with --decisions or "
+                    "interactively; left for review"
+                )
+                return None
             duplicate = action.get("possible_duplicate_of")
             if self.approve and duplicate:
                 # The same effect already happened once: repeating it takes a

@@ -439,11 +439,12 @@ class Agent:
                 operations=ops,
                 error="; ".join(errors) or None,
             )
+        messages = snapshot.values.get("messages", [])
         return RunResult(
             thread_id=thread_id,
             status=RunStatus.DONE,
             operations=ops,
-            final_message=_final_text(snapshot.values.get("messages", [])),
+            final_message=_refused_repeat(messages) or _final_text(messages),
         )
 
     def messages(self, thread_id: str) -> list[AnyMessage]:
@@ -770,6 +771,17 @@ def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
         "agent does not have; rebuild it with the same tools the thread started with "
         "(from the CLI: resume --with-services brings the demo ticket and mail tools)"
     )
+
+
+def _refused_repeat(messages: Sequence[AnyMessage]) -> str | None:
+    """The stop notice when the run ended on a call rejected too often, else ``None``."""
+    last = messages[-1] if messages else None
+    if isinstance(last, ToolMessage) and '"refused_repeat"' in str(last.content):
+        try:
+            return str(json.loads(str(last.content))["error"])
+        except (ValueError, KeyError):
+            return None
+    return None
 
 
 def _final_text(messages: Sequence[AnyMessage]) -> str | None:

@@ -200,17 +200,47 @@ def _fresh_ids(ids: Sequence[str | None], used: set[str]) -> list[str | None]:
     return out
 
 
+def answer_id(tool_call_id: str) -> str:
+    """The message id of the one ToolMessage that answers ``tool_call_id``.
+
+    Every answer to a call carries this id, and the messages channel replaces
+    a message by id: a call answered a second time (an effect node sent again
+    by hand with ``Command(goto=Send(...))``) keeps exactly one answer, in
+    place, and the next model request stays valid.
+    """
+    return f"answer-{tool_call_id}"
+
+
+def unanswered_calls(messages: Sequence[AnyMessage]) -> list[tuple[str, str]]:
+    """``(tool_call_id, tool)`` of every call in ``messages`` no ToolMessage answers."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return [
+        (str(call.get("id")), str(call.get("name")))
+        for m in messages
+        if isinstance(m, AIMessage)
+        for call in [*m.tool_calls, *m.invalid_tool_calls]
+        if call.get("id") not in answered
+    ]
+
+
 def _content(payload: Mapping[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def error_message(call: PendingCall, text: str) -> ToolMessage:
-    """Answer a malformed call (unknown tool, bad args) with an error the model can act on."""
+def error_message(call: PendingCall, text: str, *, status: str = "error") -> ToolMessage:
+    """Answer a call that is not run (malformed, a duplicate, a refused repeat) with an error.
+
+    Args:
+        call: the call answered.
+        text: what the model is told.
+        status: the payload's ``status`` (``"error"``, or ``"refused_repeat"``).
+    """
     return ToolMessage(
-        content=_content({"status": "error", "error": text, "executed": False}),
+        content=_content({"status": status, "error": text, "executed": False}),
         tool_call_id=call.id,
         name=call.name or "unknown",
         status="error",
+        id=answer_id(call.id),
     )
 
 
@@ -243,7 +273,11 @@ def rejection_message(
     if operation_id:
         payload["operation_id"] = operation_id
     return ToolMessage(
-        content=_content(payload), tool_call_id=tool_call_id, name=tool, status="error"
+        content=_content(payload),
+        tool_call_id=tool_call_id,
+        name=tool,
+        status="error",
+        id=answer_id(tool_call_id),
     )
 
 
@@ -298,5 +332,9 @@ def effect_message(
             )
         )
     return ToolMessage(
-        content=_content(payload), tool_call_id=tool_call_id, name=tool, status=status
+        content=_content(payload),
+        tool_call_id=tool_call_id,
+        name=tool,
+        status=status,
+        id=answer_id(tool_call_id),
     )

@@ -23,12 +23,14 @@ from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
-from effectgate.errors import DecisionError, ToolCallError, ToolError
+from effectgate.errors import ConfigError, DecisionError, ToolCallError, ToolError
 from effectgate.graph._messages import (
     PendingCall,
+    answer_id,
     effect_message,
     error_message,
     pending_calls,
+    unanswered_calls,
     with_call_ids,
     with_unique_call_ids,
 )
@@ -71,6 +73,17 @@ def make_agent_node(
 
     def agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         history = list(state["messages"])
+        open_calls = unanswered_calls(history)
+        if open_calls:
+            # A host merged a message after a call, or wrote the state without
+            # ``as_node``: the model would get a request every provider refuses,
+            # and nothing here can tell whether the call ran.
+            named = ", ".join(f"{tool} ({call_id})" for call_id, tool in open_calls)
+            raise ConfigError(
+                f"the history has tool calls no tool message answers: {named}; the model is "
+                "not called. Answer each call (update_state with as_node set to the node that "
+                "answers it) or fork the thread from a checkpoint before the change"
+            )
         prompt = [SystemMessage(system_prompt), *history] if system_prompt else history
         reply = bound.invoke(prompt)
         if not isinstance(reply, AIMessage):
@@ -131,6 +144,7 @@ def _run_read(spec: ToolSpec, call: PendingCall, thread_id: str) -> ToolMessage:
         content=json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str),
         tool_call_id=call.id,
         name=spec.name,
+        id=answer_id(call.id),
     )
 
 

@@ -74,6 +74,13 @@ class ActionRequest(TypedDict):
     """An earlier operation of this thread with the same tool and intent that already succeeded."""
     conflict: dict[str, Any] | None
     """Set when the operation id is already bound to other arguments (a fork that edited args)."""
+    repeat_of_rejected: NotRequired[dict[str, Any]]
+    """A call of this thread a reviewer rejected, with the same intent.
+
+    ``{operation_id, reason, times_rejected}``.
+    """
+    replaced_by_edit: NotRequired[str]
+    """The operation whose reviewer edited these very arguments away (the call ran edited)."""
 
 
 class ReviewConfig(TypedDict):
@@ -111,6 +118,10 @@ class Decision(TypedDict, total=False):
     """For ``reject``: told to the model."""
     tool_call_id: str
     """Optional: names the call this decision answers; checked when given."""
+    operation_id: str
+    """The operation shown for this call; binds the decision (checked when given)."""
+    intent_hash: str
+    """The intent hash shown for this call; binds the decision (checked when given)."""
 
 
 class ReviewResponse(TypedDict, total=False):
