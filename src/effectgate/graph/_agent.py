@@ -508,7 +508,8 @@ class Agent:
         for item in snapshot.interrupts:
             value = item.value if isinstance(item.value, Mapping) else {}
             for action in value.get("action_requests", ()) if value.get("type") == "review" else ():
-                wanted.add(effect_node_name(str(action.get("name"))))
+                if action.get("effect_kind") != "read":  # a gated read runs in "tools"
+                    wanted.add(effect_node_name(str(action.get("name"))))
         saver = self.graph.checkpointer
         if isinstance(saver, BaseCheckpointSaver):
             stored = saver.get_tuple(self._config(thread_id))

@@ -155,6 +155,45 @@ def with_unique_call_ids(message: AIMessage, earlier: Sequence[AnyMessage]) -> A
     )
 
 
+def with_fixed_args(message: AIMessage, specs: Mapping[str, Any]) -> AIMessage:
+    """Write into the message the arguments a tool's schema fills in differently each time.
+
+    A schema may fill an omitted field from a ``default_factory`` (a
+    timestamp, a uuid): normalizing the model's arguments again would give
+    another value and another intent hash, so a reviewer's approval could
+    never match what the review node rebuilds on resume. Such a call's
+    arguments are normalized once, here, when the call is proposed, and
+    stored in the message; every later normalization is then the identity.
+    Calls whose normalization is deterministic are left exactly as the
+    model wrote them.
+
+    Args:
+        message: the model's reply.
+        specs: the tools by name (``ToolSpec``).
+
+    Returns:
+        ``message`` itself if no call needed it, else a copy with fixed arguments.
+    """
+    fixed: list[Any] = []
+    changed = False
+    for given in message.tool_calls:
+        call: Any = given
+        spec = specs.get(call["name"])
+        if spec is not None:
+            try:
+                first = spec.args_dict(spec.normalize(call["args"], tool_call_id=call.get("id")))
+                second = spec.args_dict(spec.normalize(call["args"], tool_call_id=call.get("id")))
+            except Exception:  # noqa: BLE001 - a malformed call is answered by the tools node
+                first = second = None
+            if first is not None and first != second:
+                call = {**call, "args": first}
+                changed = True
+        fixed.append(call)
+    if not changed:
+        return message
+    return _with_calls(message, fixed, list(message.invalid_tool_calls))
+
+
 def _with_calls(message: AIMessage, calls: list[Any], invalid: list[Any]) -> AIMessage:
     return message.model_copy(
         update={
