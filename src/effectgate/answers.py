@@ -47,6 +47,7 @@ __all__ = [
     "VerdictModel",
     "bind_decisions",
     "check_review_answer",
+    "decision_allowed",
     "describe_pending",
     "recorded_decision",
     "resolve",
@@ -202,6 +203,15 @@ def bind_decisions(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dic
     return {**answer, "decisions": bound}
 
 
+def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
+    """Whether a decision type may answer a call whose review allows ``allowed``.
+
+    ``respond`` (LangChain HITL: answer the model in the tool's place) is a
+    reject with the person's own text, so it is allowed wherever ``reject`` is.
+    """
+    return kind in allowed or (kind == "respond" and "reject" in allowed)
+
+
 def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
     """Check a review answer's shape against the request before resuming.
 
@@ -223,7 +233,7 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
         )
     for action, config, decision in zip(actions, configs, decisions, strict=True):
         kind = decision.get("type") if isinstance(decision, Mapping) else None
-        if kind not in config.get("allowed_decisions", []):
+        if not decision_allowed(kind, config.get("allowed_decisions", [])):
             raise DecisionError(
                 f"decision {kind!r} not allowed for {action['name']} ({action['tool_call_id']}); "
                 f"allowed: {', '.join(config.get('allowed_decisions', []))}"
@@ -509,6 +519,8 @@ def settle_stale(
             )
         kind, reviewer = found
         given = decision.get("type") if isinstance(decision, Mapping) else None
+        if given == "respond":
+            given = "reject"  # recorded as a reject with the person's text
         recorded.append((op_id, kind))
         if given != kind:
             contradictions.append((op_id, given, kind, reviewer))

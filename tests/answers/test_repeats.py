@@ -88,3 +88,25 @@ def test_an_answer_to_a_shown_review_is_consumed_when_the_policy_changed(
         (approval,) = answered_by.ledger.approvals(op.operation_id)
     assert (op.state.value, approval.decision, approval.reviewer) == ("REJECTED", "reject", "rita")
     assert _files(state_dir) == {}
+
+
+def test_respond_answers_the_model_in_the_tools_place(state_dir: StateDir) -> None:
+    """HITL's ``respond``: nothing runs, the model reads the person's text, recorded as reject."""
+    import json
+
+    from langchain_core.messages import ToolMessage
+
+    with _agent(state_dir, [[_write("a.txt", "alpha\n")]]) as agent:
+        (review,) = agent.start("write", thread_id="t").interrupts
+        answer = {"decisions": [{"type": "respond", "message": "a.txt is already there"}]}
+        assert agent.resume("t", answers={review.id: answer}).status is RunStatus.DONE
+        (reply,) = [m for m in agent.messages("t") if isinstance(m, ToolMessage)]
+        (op,) = agent.ledger.list(thread_id="t")
+    payload = json.loads(str(reply.content))
+    assert (reply.status, payload["message"], payload["executed"]) == (
+        "success",
+        "a.txt is already there",
+        False,
+    )
+    assert op.state.value == "REJECTED"
+    assert _files(state_dir) == {}

@@ -34,7 +34,7 @@ _ENTRY_KEYS = frozenset({"decisions", "interrupt_id", "reviewer", "verdicts"})
 _DECISION_KEYS = frozenset(
     {"type", "edited_action", "message", "tool_call_id", "operation_id", "intent_hash"}
 )
-_TYPES = ("approve", "edit", "reject")
+_TYPES = ("approve", "edit", "reject", "respond")
 
 Say = Callable[[str], None]
 """Tells the person what a source decided on their behalf (stderr)."""

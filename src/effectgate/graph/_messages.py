@@ -320,6 +320,25 @@ def rejection_message(
     )
 
 
+def respond_message(
+    *, tool_call_id: str, tool: str, message: str, operation_id: str | None = None
+) -> ToolMessage:
+    """Answer a call with a person's own words in the tool's place (HITL ``respond``).
+
+    Nothing was executed; the payload says so, and carries the person's text.
+    """
+    payload: dict[str, Any] = {"status": "responded", "message": message, "executed": False}
+    if operation_id:
+        payload["operation_id"] = operation_id
+    return ToolMessage(
+        content=_content(payload),
+        tool_call_id=tool_call_id,
+        name=tool,
+        status="success",
+        id=answer_id(tool_call_id),
+    )
+
+
 def _sentence(text: str) -> str:
     """``text`` stripped, ending in a full stop unless it already ends a sentence."""
     text = text.strip()

@@ -30,9 +30,15 @@ from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate._intent import default_operation_id
-from effectgate.answers import recorded_decision, started
+from effectgate.answers import decision_allowed, recorded_decision, started
 from effectgate.errors import ConfigError, DecisionError, ToolCallError
-from effectgate.graph._messages import PendingCall, error_message, pending_calls, rejection_message
+from effectgate.graph._messages import (
+    PendingCall,
+    error_message,
+    pending_calls,
+    rejection_message,
+    respond_message,
+)
 from effectgate.graph._policy import Policy
 from effectgate.graph._state import (
     ActionRequest,
@@ -410,13 +416,15 @@ class _Decided:
     message: str | None
     by_policy: bool = False
     """Approved by policy, nobody asked."""
+    respond: bool = False
+    """A ``respond`` decision: recorded as a reject; ``message`` answers the model."""
 
 
 def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -> _Decided:
     if not isinstance(decision, Mapping):
         raise DecisionError(f"decision for {p.call.id} must be an object, got {decision!r}")
     kind = decision.get("type")
-    if kind not in p.config["allowed_decisions"]:
+    if not decision_allowed(kind, p.config["allowed_decisions"]):
         raise DecisionError(
             f"decision {kind!r} is not allowed for {p.spec.name} ({p.call.id}); allowed: "
             f"{', '.join(p.config['allowed_decisions'])}"
@@ -437,9 +445,23 @@ def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -
     message = decision.get("message")
     if message is not None and not isinstance(message, str):
         raise DecisionError(f"message for {p.call.id} must be a string")
+    if kind == "respond":
+        # HITL's "respond": the person answers the model in the tool's place;
+        # nothing runs, and the ledger records it as a reject with that text.
+        if not message or not message.strip():
+            raise DecisionError(f"respond to {p.call.id} needs a message: the answer for the model")
+        return _Decided(
+            prepared=p,
+            kind="reject",
+            args=p.args,
+            operation_id=p.request["operation_id"],
+            intent_hash=p.request["intent_hash"],
+            message=message,
+            respond=True,
+        )
     return _Decided(
         prepared=p,
-        kind=kind,
+        kind="approve" if kind == "approve" else "reject",  # edit and respond returned above
         args=p.args,
         operation_id=p.request["operation_id"],
         intent_hash=p.request["intent_hash"],
@@ -714,8 +736,25 @@ def _unrunnable_answer(p: Prepared, d: _Decided | None) -> ToolMessage | None:
         )
     if d.kind == "reject" and p.request["conflict"]:
         # The operation id belongs to other arguments: record nothing on it.
-        return rejection_message(tool_call_id=p.call.id, tool=p.spec.name, message=d.message)
+        return _no(p, d, operation_id=None)
     return None
+
+
+def _no(
+    p: Prepared, d: _Decided, *, operation_id: str | None, note: str | None = None
+) -> ToolMessage:
+    """Answer a call a person said no to: a rejection, or their own answer (``respond``)."""
+    if d.respond and d.message:
+        return respond_message(
+            tool_call_id=p.call.id, tool=p.spec.name, message=d.message, operation_id=operation_id
+        )
+    return rejection_message(
+        tool_call_id=p.call.id,
+        tool=p.spec.name,
+        message=d.message,
+        operation_id=operation_id,
+        note=note,
+    )
 
 
 def _opened_elsewhere(ledger: Ledger, op_id: str, thread_id: str, tool_call_id: str) -> bool:
@@ -762,15 +801,7 @@ def _answer_rejected(
                 f"operation {d.operation_id} is {state.value}: an earlier attempt may have "
                 "taken effect; no further attempt is made for this call"
             )
-        out.append(
-            rejection_message(
-                tool_call_id=p.call.id,
-                tool=p.spec.name,
-                message=d.message,
-                operation_id=d.operation_id,
-                note=note,
-            )
-        )
+        out.append(_no(p, d, operation_id=d.operation_id, note=note))
     return out
 
 
@@ -807,15 +838,8 @@ def _record_and_route(
                     "left_unchanged": True,
                 },
             )
-            messages.append(
-                rejection_message(
-                    tool_call_id=p.call.id,
-                    tool=p.spec.name,
-                    message=d.message,
-                    operation_id=d.operation_id,
-                    note=f"operation {d.operation_id} belongs to another call and was left to it",
-                )
-            )
+            note = f"operation {d.operation_id} belongs to another call and was left to it"
+            messages.append(_no(p, d, operation_id=d.operation_id, note=note))
             continue
         if not p.settled:  # a settled operation has nothing left to approve
             rows.append(

@@ -88,6 +88,7 @@ class ReviewConfig(TypedDict):
 
     action_name: str
     allowed_decisions: list[Literal["approve", "edit", "reject"]]
+    """``respond`` is accepted wherever ``reject`` is (a reject with the person's text)."""
 
 
 class ReviewRequest(TypedDict):
@@ -111,11 +112,12 @@ class EditedAction(TypedDict):
 class Decision(TypedDict, total=False):
     """One reviewer decision, in ``action_requests`` order."""
 
-    type: Literal["approve", "edit", "reject"]
+    type: Literal["approve", "edit", "reject", "respond"]
     edited_action: EditedAction
     """For ``edit``: the new arguments (validated by the tool schema, new intent hash)."""
     message: str
-    """For ``reject``: told to the model."""
+    """For ``reject``: told to the model. For ``respond``: the answer the model gets
+    in the tool's place (nothing runs; recorded as a reject)."""
     tool_call_id: str
     """Optional: names the call this decision answers; checked when given."""
     operation_id: str
