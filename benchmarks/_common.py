@@ -393,14 +393,19 @@ class Effectgate(System):
         )
         self.agent = self._cm.__enter__()
         self._claim_probes()
+        self._waiting: dict[str, Any] = {}
 
     def start(self, thread_id: str) -> None:
         result = self.agent.start(TASK, thread_id=thread_id)
         if result.status.value not in ("waiting_review", "done"):
             raise RuntimeError(f"effectgate start ended {result.status}: {result.error}")
+        self._waiting[thread_id] = result.interrupts
 
     def step(self, thread_id: str) -> None:
-        result = self.agent.resume(thread_id, decisions=APPROVE)
+        pending = self._waiting.pop(thread_id, None) or self.agent.status(thread_id).interrupts
+        # each answer names the review it answers
+        result = self.agent.resume(thread_id, answers={p.id: APPROVE for p in pending})
+        self._waiting[thread_id] = result.interrupts
         if result.status.value not in ("waiting_review", "done"):
             raise RuntimeError(f"effectgate step ended {result.status}: {result.error}")
 

@@ -7,7 +7,6 @@ interrupt's answer) or outside it (``effectgate reconcile``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
@@ -34,38 +33,15 @@ class Verdict(TypedDict, total=False):
     reviewer: str
 
 
-_VERDICTS = ("succeeded", "failed", "retry", "ledger")
-
-
 def validate_verdict(value: Any) -> Verdict:
-    """Check a reconciliation resume value's shape.
-
-    Args:
-        value: what the resume carried for this interrupt.
-
-    Returns:
-        The value, typed.
+    """Check a reconciliation verdict; see ``effectgate.answers.validate_verdict``.
 
     Raises:
-        DecisionError: not a mapping, unknown verdict, ``succeeded`` without a
-            reference, or ``retry`` without ``acknowledge_duplicate_risk: true``.
+        DecisionError: the verdict does not pass ``effectgate.answers.VerdictModel``.
     """
-    if not isinstance(value, Mapping):
-        raise DecisionError(f"a reconciliation verdict must be an object, got {value!r}")
-    verdict = value.get("verdict")
-    if verdict not in _VERDICTS:
-        raise DecisionError(f"verdict must be one of {', '.join(_VERDICTS)}; got {verdict!r}")
-    if verdict == "succeeded" and not value.get("reference"):
-        raise DecisionError("verdict 'succeeded' needs a reference: the evidence you checked")
-    if verdict == "retry" and value.get("acknowledge_duplicate_risk") is not True:
-        raise DecisionError(
-            "verdict 'retry' needs acknowledge_duplicate_risk: true; the earlier attempt "
-            "may have taken effect, and a retry may duplicate it"
-        )
-    attempt = value.get("attempt")
-    if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
-        raise DecisionError(f"attempt must be an integer, got {attempt!r}")
-    return Verdict(**value)  # type: ignore[typeddict-item]
+    from effectgate.answers import validate_verdict as validate
+
+    return validate(value)
 
 
 def apply_verdict(
@@ -86,9 +62,10 @@ def apply_verdict(
         The operation after the verdict.
 
     Raises:
-        DecisionError: ``retry`` with no attempts or time left, or an
-            unknown operation.
+        DecisionError: a verdict ``validate_verdict`` refuses, ``retry`` with
+            no attempts or time left, or an unknown operation.
     """
+    verdict = validate_verdict(verdict)  # every path, including direct library calls
     op = ledger.get(operation_id)
     if op is None:
         raise DecisionError(f"unknown operation {operation_id!r}")

@@ -726,9 +726,13 @@ class Dispatcher:
         invite the model to do it again.
 
         Raises:
-            DecisionError: ``retry`` with no attempts left, an unknown
-                operation, or ``failed`` for an effect the lookup now finds.
+            DecisionError: a verdict ``validate_verdict`` refuses (unknown
+                keys, a reference that is not a non-empty string, ``retry``
+                without the acknowledgement), ``retry`` with no attempts
+                left, an unknown operation, or ``failed`` for an effect the
+                lookup now finds.
         """
+        verdict = validate_verdict(verdict)  # a public entry: never trust the caller's shape
         if verdict.get("verdict") == "failed":
             self._refuse_if_found(operation_id)
         return apply_verdict(self.ledger, operation_id, verdict, now=self.clock.now())

@@ -165,3 +165,15 @@ EXPECTED_NOTE = (
     b"- On-call: oncall@example.com\n"
 )
 """The demo's incident note, byte for byte, for ticket 1 and error rate 0.12."""
+
+
+def pin(state_dir: Path, thread: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` pinned to the thread's one pending review, read from ``pending --json``.
+
+    An answer names the review it answers; a test that answers "what waits
+    now" reads it first, as a person would.
+    """
+    shown = eg("pending", "--state-dir", str(state_dir), "--json").json
+    (thread_entry,) = [t for t in shown["threads"] if t["thread_id"] == thread]
+    (review,) = [i for i in thread_entry["interrupts"] if i["value"].get("type") == "review"]
+    return {**answer, "interrupt_id": review["id"]}

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from effectgate.ledger import SqliteLedger
-from tests.cli.conftest import Ran, eg, world
+from tests.cli.conftest import Ran, eg, pin, world
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -80,9 +80,14 @@ def test_decisions_not_fitting_the_review_dispatch_nothing(tmp_path: Path) -> No
     The thread stays resumable: a later ``resume --approve all`` finishes it.
     """
     state = tmp_path / "state"
+    shown = eg("demo", "--state-dir", str(state), "--thread", "t")
+    assert shown.code == 4, shown.stderr
     path = tmp_path / "two.json"
-    path.write_text(json.dumps({"decisions": [{"type": "approve"}, {"type": "approve"}]}))
-    ran = eg("demo", "--state-dir", str(state), "--thread", "t", "--decisions", str(path), "--json")
+    two = {"decisions": [{"type": "approve"}, {"type": "approve"}]}
+    path.write_text(json.dumps(pin(state, "t", two)))
+    ran = eg(
+        "resume", "--state-dir", str(state), "--thread", "t", "--decisions", str(path), "--json"
+    )
     assert ran.code == 2, ran.stderr
     assert "2 decision(s) for 1 pending call(s)" in ran.stderr
     assert ran.json["error_type"] == "DecisionError"
@@ -214,7 +219,7 @@ def test_decisions_file_for_a_finished_thread_exits_2(
     reject.write_text(json.dumps({"decisions": [{"type": "reject", "message": "no"}]}))
     ran = eg("resume", "--state-dir", str(state), "--thread", "demo-1", "--decisions", str(reject))
     assert ran.code == 2, ran.stdout + ran.stderr
-    assert "were not applied" in ran.stderr
+    assert "names no review" in ran.stderr
     assert len(world(state)["tickets"]) == 1
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from effectgate.ledger import OpState, SqliteLedger
+from tests.answers._bind import bound
 from tests.cli.conftest import CLI, Ran, cli_env, eg, world, write_script
 
 
@@ -276,10 +277,12 @@ def test_reconcile_failed_is_refused_when_the_lookup_finds_the_mail(tmp_path: Pa
     with DemoServices(sd.services) as svc, open_agent(sd, endpoints=svc.endpoints) as agent:
         svc.set_error_rate("orders", 0.12)
         agent.start("Check the order service and handle any incident.", thread_id="p1")
-        result = agent.resume("p1", decisions=approve)
+        result = agent.resume("p1", decisions=bound(agent, "p1", approve))
         svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
         n = len(result.interrupts[0].value["action_requests"])
-        result = agent.resume("p1", decisions={"decisions": approve["decisions"] * n})
+        result = agent.resume(
+            "p1", decisions=bound(agent, "p1", {"decisions": approve["decisions"] * n})
+        )
         (mail,) = [op for op in result.operations if op.tool == "send_email"]
         assert mail.state is OpState.NEEDS_RECONCILIATION
         svc.set_fault("mail", "normal")  # the lookup is back; the mail had arrived

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from effectgate.ledger import SqliteLedger
-from tests.cli.conftest import eg, world, write_script
+from tests.cli.conftest import eg, pin, world, write_script
 
 
 def _decisions(path: Path, value: Any) -> str:
@@ -26,18 +26,24 @@ def test_refused_edits_exit_2_with_the_error_and_pending_shows_it(tmp_path: Path
         tmp_path / "one.json",
         [{"name": "write_file", "args": {"path": "a.txt", "content": "alpha\n"}}],
     )
+    waiting = eg("run", "write", "--model", f"scripted:{script}", *sd, "--thread", "e")
+    assert waiting.code == 4, waiting.stderr
     escape = _decisions(
         tmp_path / "escape.json",
-        {
-            "decisions": [
-                {"type": "edit", "edited_action": {"args": {"path": "../x.txt", "content": "y"}}}
-            ]
-        },
+        pin(
+            state,
+            "e",
+            {
+                "decisions": [
+                    {
+                        "type": "edit",
+                        "edited_action": {"args": {"path": "../x.txt", "content": "y"}},
+                    }
+                ]
+            },
+        ),
     )
-    ran = eg(
-        "run", "write", "--model", f"scripted:{script}", *sd, "--thread", "e",
-        "--decisions", escape, "--json",
-    )  # fmt: skip
+    ran = eg("resume", *sd, "--thread", "e", "--decisions", escape, "--json")
     assert ran.code == 2, ran.stderr
     assert "edited arguments refused" in ran.stderr and "paths may not leave" in ran.stderr
     out = ran.json
@@ -56,14 +62,18 @@ def test_refused_edits_exit_2_with_the_error_and_pending_shows_it(tmp_path: Path
 
     rename = _decisions(
         tmp_path / "rename.json",
-        {
-            "decisions": [
-                {
-                    "type": "edit",
-                    "edited_action": {"name": "run_shell", "args": {"command": "true"}},
-                }
-            ]
-        },
+        pin(
+            state,
+            "e",
+            {
+                "decisions": [
+                    {
+                        "type": "edit",
+                        "edited_action": {"name": "run_shell", "args": {"command": "true"}},
+                    }
+                ]
+            },
+        ),
     )
     again = eg("resume", *sd, "--thread", "e", "--decisions", rename)
     assert again.code == 2, again.stderr
@@ -76,9 +86,9 @@ def test_refused_edits_exit_2_with_the_error_and_pending_shows_it(tmp_path: Path
 
 
 def test_verdicts_must_name_known_operations_and_answer_every_pending_one(tmp_path: Path) -> None:
-    """Two parked unsafe calls: a verdict for an unknown op, or for one of the two, exits 2.
+    """Two parked unsafe calls: a verdict for an unknown op exits 2 and changes nothing.
 
-    Neither answer changes a ledger row; verdicts for both settle them and the thread ends.
+    A verdict for one of the two settles that one only; the other's then ends the thread.
     """
     state = tmp_path / "state"
     sd = ["--state-dir", str(state)]
@@ -104,20 +114,20 @@ def test_verdicts_must_name_known_operations_and_answer_every_pending_one(tmp_pa
     assert "unknown operation 'nope'" in unknown.stderr
     assert unknown.json["error_type"] == "DecisionError"
 
+    # Each pending interrupt is answered on its own: a verdict for one of the
+    # two settles that one and leaves the other pending (exit 3).
     half = _decisions(tmp_path / "half.json", {"verdicts": {first: {"verdict": "failed"}}})
     partial = eg("resume", *sd, "--thread", "r", "--decisions", half, "--json")
-    assert partial.code == 2, partial.stderr
+    assert partial.code == 3, partial.stderr
     assert f"no verdict for {second}" in " ".join(partial.stderr.split())
     ledger = SqliteLedger(state / "ledger.sqlite3")
     try:
-        assert {op.state.value for op in ledger.list(thread_id="r")} == {"NEEDS_RECONCILIATION"}
+        states = {op.operation_id: op.state.value for op in ledger.list(thread_id="r")}
+        assert states == {first: "FAILED", second: "NEEDS_RECONCILIATION"}
     finally:
         ledger.close()
 
-    both = _decisions(
-        tmp_path / "both.json",
-        {"verdicts": {first: {"verdict": "failed"}, second: {"verdict": "failed"}}},
-    )
+    both = _decisions(tmp_path / "both.json", {"verdicts": {second: {"verdict": "failed"}}})
     done = eg("resume", *sd, "--thread", "r", "--decisions", both, "--json")
     assert done.code == 0, done.stderr
     assert [op["state"] for op in done.json["operations"]] == ["FAILED", "FAILED"]
@@ -169,7 +179,9 @@ def test_approve_all_leaves_a_possible_duplicate_for_a_person(tmp_path: Path) ->
     finally:
         ledger.close()
 
-    approve = _decisions(tmp_path / "approve.json", {"decisions": [{"type": "approve"}]})
+    approve = _decisions(
+        tmp_path / "approve.json", pin(state, "d", {"decisions": [{"type": "approve"}]})
+    )
     done = eg("resume", *sd, "--thread", "d", "--decisions", approve, "--json")
     assert done.code == 0, done.stderr
     assert [op["state"] for op in done.json["operations"]] == ["SUCCEEDED", "SUCCEEDED"]

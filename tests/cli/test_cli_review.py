@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.conftest import eg, world
+from tests.cli.conftest import eg, pin, world
 
 
 def test_no_tty_no_flags_waits_for_review_then_decisions_file_finishes(tmp_path: Path) -> None:
@@ -30,11 +30,28 @@ def test_no_tty_no_flags_waits_for_review_then_decisions_file_finishes(tmp_path:
     assert [t["thread_id"] for t in pending.json["threads"]] == ["w"]
     assert pending.json["threads"][0]["interrupts"][0]["id"] == interrupt["id"]
 
+    # Each answer names the review it answers (its interrupt id, as printed
+    # by ``pending --json``); the next review is answered once it is shown.
+    first = tmp_path / "first.json"
+    first.write_text(
+        json.dumps(
+            [
+                {
+                    "decisions": [{"type": "approve"}],
+                    "reviewer": "dana",
+                    "interrupt_id": interrupt["id"],
+                }
+            ]
+        )
+    )
+    half = eg("resume", "--state-dir", str(state), "--thread", "w", "--decisions", str(first))
+    assert half.code == 4, half.stderr
     decisions = tmp_path / "decisions.json"
     decisions.write_text(
         json.dumps(
-            [
-                {"decisions": [{"type": "approve"}], "reviewer": "dana"},
+            pin(
+                state,
+                "w",
                 {
                     "decisions": [
                         {"type": "reject", "message": "no mail at night"},
@@ -49,7 +66,7 @@ def test_no_tty_no_flags_waits_for_review_then_decisions_file_finishes(tmp_path:
                         },
                     ]
                 },
-            ]
+            )
         )
     )
     done = eg(
@@ -103,9 +120,12 @@ def test_approve_none_rejects_and_nothing_happens(tmp_path: Path) -> None:
 def test_interrupted_decisions_list_stops_waiting(tmp_path: Path) -> None:
     """A file answering only the first review leaves the thread waiting for the second (4)."""
     state = tmp_path / "state"
+    shown = eg("demo", "--state-dir", str(state), "--thread", "demo-1")
+    assert shown.code == 4, shown.stderr
     decisions = tmp_path / "one.json"
-    decisions.write_text(json.dumps({"decisions": [{"type": "approve"}]}))
-    ran = eg("demo", "--state-dir", str(state), "--decisions", str(decisions), "--json")
+    decisions.write_text(json.dumps(pin(state, "demo-1", {"decisions": [{"type": "approve"}]})))
+    ran = eg("resume", "--state-dir", str(state), "--thread", "demo-1", "--decisions",
+             str(decisions), "--json")  # fmt: skip
     assert ran.code == 4, ran.stderr
     [interrupt] = ran.json["interrupts"]
     names = [a["name"] for a in interrupt["value"]["action_requests"]]

@@ -81,6 +81,7 @@ def _request(*kinds: str, allowed: list[str] | None = None) -> dict[str, Any]:
         {
             "name": f"tool{i}",
             "operation_id": f"op{i}",
+            "intent_hash": f"h{i}",
             "tool_call_id": f"c{i}",
             "effect_kind": kind,
             "possible_duplicate_of": None,
@@ -102,9 +103,9 @@ def test_approve_all_approves_unsafe_calls_and_says_so() -> None:
     answer = source.review(_request("keyed", "unsafe"))
     assert answer == {
         "reviewer": "r",
-        "decisions": [
-            {"type": "approve", "tool_call_id": "c0"},
-            {"type": "approve", "tool_call_id": "c1"},
+        "decisions": [  # each bound to the call, operation and intent it was read for
+            {"type": "approve", "tool_call_id": "c0", "operation_id": "op0", "intent_hash": "h0"},
+            {"type": "approve", "tool_call_id": "c1", "operation_id": "op1", "intent_hash": "h1"},
         ],
     }
     assert len(notes) == 1 and "UNSAFE" in notes[0] and "op1" in notes[0]
@@ -130,35 +131,57 @@ def test_blanket_answer_not_allowed_is_left_for_a_human() -> None:
     assert answer is not None and answer["decisions"][0]["type"] == "reject"
 
 
-def test_decisions_file_answers_reviews_in_order_and_verdicts_by_id(tmp_path: Path) -> None:
-    """A list answers successive reviews; an edit without a name gets the call's name."""
+def test_decisions_file_answers_the_reviews_it_names_and_verdicts_by_id(tmp_path: Path) -> None:
+    """Each answer goes to the review it names; an edit without a name gets the call's name.
+
+    A verdict is handed out once, bound to the attempt it was asked about.
+    """
     path = tmp_path / "d.json"
     path.write_text(
         json.dumps(
             [
-                {"decisions": [{"type": "edit", "edited_action": {"args": {"n": 9}}}]},
-                {"decisions": [{"type": "approve"}], "reviewer": "kim"},
+                {
+                    "decisions": [{"type": "edit", "edited_action": {"args": {"n": 9}}}],
+                    "interrupt_id": "i1",
+                },
+                {
+                    "decisions": [{"type": "approve", "operation_id": "op0", "intent_hash": "h0"}],
+                    "reviewer": "kim",
+                },
                 {"verdicts": {"op7": {"verdict": "succeeded", "reference": "TICKET-7"}}},
             ]
         )
     )
     source = FileDecisions(load_decisions_file(path), reviewer="cli")
-    first = source.review(_request("keyed"))
+    bound = {"tool_call_id": "c0", "operation_id": "op0", "intent_hash": "h0"}
+    assert source.review(_request("keyed"), "other") == {
+        "reviewer": "kim",
+        "decisions": [{**bound, "type": "approve"}],
+    }
+    first = source.review(_request("keyed"), "i1")
     assert first == {
         "reviewer": "cli",
-        "decisions": [{"type": "edit", "edited_action": {"name": "tool0", "args": {"n": 9}}}],
+        "decisions": [
+            {**bound, "type": "edit", "edited_action": {"name": "tool0", "args": {"n": 9}}}
+        ],
     }
-    assert source.review(_request("keyed")) == {
-        "reviewer": "kim",
-        "decisions": [{"type": "approve"}],
-    }
-    assert source.review(_request("keyed")) is None
-    assert source.verdict({"operation_id": "op7"}) == {
+    assert source.review(_request("keyed"), "i1") is None
+    assert source.verdict({"operation_id": "op7", "attempt": 1}) == {
         "reviewer": "cli",
         "verdict": "succeeded",
         "reference": "TICKET-7",
+        "attempt": 1,
     }
+    assert source.verdict({"operation_id": "op7", "attempt": 2}) is None  # used once
     assert source.verdict({"operation_id": "other"}) is None
+
+
+def test_decisions_file_answer_naming_no_review_is_refused(tmp_path: Path) -> None:
+    """``{"decisions": [{"type": "approve"}]}`` names no review: refused before anything runs."""
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"decisions": [{"type": "approve"}]}))
+    with pytest.raises(DecisionError, match="names no review"):
+        load_decisions_file(path)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from tests.answers._bind import bound
 
 from effectgate.dispatch import Dispatcher, EffectCall
 from effectgate.ledger import Approval, Budget, Ledger, OpenRequest, Operation, SqliteLedger
@@ -172,7 +173,7 @@ def run_approving(agent: Any, thread: str, task: str = TASK) -> Any:
 
     result = agent.start(task, thread_id=thread)
     while result.status is RunStatus.WAITING_REVIEW:
-        result = agent.resume(thread, decisions=decisions(result))
+        result = agent.resume(thread, decisions=bound(agent, thread, decisions(result)))
     return result
 
 
@@ -341,7 +342,7 @@ def runner_main(argv: Sequence[str] | None = None) -> int:
         except ConfigError:  # the thread exists: continue it, as the worker does
             result = agent.resume(a.thread)
         while result.status.value == "waiting_review":
-            result = agent.resume(a.thread, decisions=decisions(result))
+            result = agent.resume(a.thread, decisions=bound(agent, a.thread, decisions(result)))
         ops = [{"tool": o.tool, "state": o.state, "attempt": o.attempt} for o in result.operations]
         print(json.dumps({"status": result.status, "operations": ops}), flush=True)
     return {"done": 0, "waiting_reconciliation": 3, "waiting_review": 4}.get(result.status.value, 5)

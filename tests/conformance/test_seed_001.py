@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.answers._bind import bound
 from tests.conformance._seedkit import (
     ALERT,
     BODY,
@@ -268,8 +269,11 @@ def test_4_9_same_operation_with_another_title_is_a_conflict(
             "reject",
         ]
         with pytest.raises(DecisionError):
-            agent.resume("t2", decisions=decisions(pending, "approve"))
-        assert agent.resume("t2", decisions=decisions(pending, "reject")).status is RunStatus.DONE
+            agent.resume("t2", decisions=bound(agent, "t2", decisions(pending, "approve")))
+        assert (
+            agent.resume("t2", decisions=bound(agent, "t2", decisions(pending, "reject"))).status
+            is RunStatus.DONE
+        )
         # Below the graph the dispatcher refuses the conflicting intent the same way.
         spec = create_ticket_spec(url)
         call = effect_call(

@@ -56,8 +56,8 @@ script = {"name": "one-mail", "turns": [{"say": "mailing",
 with open_agent(state, model=ScriptedChatModel.from_script(script), tools=[spec],
                 lease_ttl_s=1.0, lease_wait_s=10.0) as agent:
     if role == "slow":
-        agent.start("mail on-call", thread_id="t")
-        result = agent.resume("t", decisions={"decisions": [{"type": "approve"}]})
+        (review,) = agent.start("mail on-call", thread_id="t").interrupts
+        result = agent.resume("t", answers={review.id: {"decisions": [{"type": "approve"}]}})
     elif role == "verdict":  # a person checked the mailbox and saw the mail
         verdict = {"verdict": "succeeded", "reference": "t:call_1"}
         result = agent.resume("t", verdicts={"t:call_1": verdict})

@@ -17,6 +17,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from tests.answers._bind import bound
+
 import effectgate
 from effectgate._app import open_agent
 from effectgate.graph import Policy, RunStatus
@@ -48,7 +50,7 @@ def main(target: Path) -> None:
     with open_agent(target, model=model, policy=Policy(approval_ttl=None)) as agent:
         first = agent.start("write a and b", thread_id="old")
         assert first.status is RunStatus.WAITING_REVIEW, first
-        second = agent.resume("old", decisions=APPROVE)
+        second = agent.resume("old", decisions=bound(agent, "old", APPROVE))
         assert second.status is RunStatus.WAITING_REVIEW, second
         assert second.interrupts[0].value["action_requests"][0]["args"]["path"] == "b.txt"
     for leftover in target.glob("*-wal"):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.answers._bind import bound
 from tests.integration.test_resume_shortcut import APPROVE, SCRIPT, _agent, _pending_path
 
 from effectgate._app import StateDir
@@ -30,10 +31,10 @@ def test_an_answer_pinned_to_an_answered_review_is_refused(state_dir: StateDir) 
     with _agent(state_dir) as bob, _agent(state_dir) as alice:
         shown = bob.start("write", thread_id="t")  # Bob looks at the review of a.txt
         assert _pending_path(shown) == "a.txt"
-        alice.resume("t", decisions=APPROVE)  # Alice approves it first
+        alice.resume("t", decisions=bound(alice, "t", APPROVE))  # Alice approves it first
         pinned = {**REJECT, "interrupt_id": shown.interrupts[0].id}
         with pytest.raises(DecisionError, match="is not pending"):
-            bob.resume("t", decisions=pinned)
+            bob.resume("t", decisions=bound(bob, "t", pinned))
         still = bob.resume("t")
         assert still.status is RunStatus.WAITING_REVIEW and _pending_path(still) == "b.txt"
         ops = bob.ledger.list(thread_id="t")
@@ -45,11 +46,11 @@ def test_an_answer_when_nothing_is_pending_is_refused(state_dir: StateDir) -> No
     with _agent(state_dir) as agent:
         agent.start("write", thread_id="t")
         for _ in range(3):
-            agent.resume("t", decisions=APPROVE)
+            agent.resume("t", decisions=bound(agent, "t", APPROVE))
         assert agent.status("t").status is RunStatus.DONE
-        with pytest.raises(DecisionError, match="no review is pending"):
-            agent.resume("t", decisions=REJECT)
-        with pytest.raises(DecisionError, match="no reconciliation is pending"):
+        with pytest.raises(DecisionError, match="names no review"):
+            agent.resume("t", decisions=bound(agent, "t", REJECT))
+        with pytest.raises(DecisionError, match="no pending reconciliation"):
             agent.resume("t", verdicts={"t:x": {"verdict": "failed"}})
     assert _files(state_dir) == ["a.txt", "b.txt", "c.txt"]
 
@@ -71,7 +72,8 @@ def test_cli_decisions_file_pinned_to_an_answered_review_exits_2(
     assert run.returncode == 4, run.stderr
     pending = json.loads(cli("pending", "--json").stdout)
     (interrupt,) = pending["threads"][0]["interrupts"]
-    approve = cli("resume", "--thread", "t", "--decisions", str(_write(tmp_path, APPROVE)))
+    pinned = {**APPROVE, "interrupt_id": interrupt["id"]}
+    approve = cli("resume", "--thread", "t", "--decisions", str(_write(tmp_path, pinned)))
     assert approve.returncode == 4, approve.stderr  # a.txt written; waits at b.txt
     stale = _write(tmp_path, {**REJECT, "interrupt_id": interrupt["id"]}, name="stale.json")
     refused = cli("resume", "--thread", "t", "--decisions", str(stale))

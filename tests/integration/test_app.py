@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from tests.answers._bind import bound
 
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices
@@ -48,7 +49,9 @@ def test_resume_with_an_agent_missing_the_pending_tool_is_refused(
         services.set_fault("tickets", "ambiguous-unqueryable", delay_s=8)
         result = agent.start("go", thread_id="t1")
         n = len(result.interrupts[0].value["action_requests"])
-        result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}] * n})
+        result = agent.resume(
+            "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}] * n})
+        )
         assert result.status is RunStatus.WAITING_RECONCILIATION
     with open_agent(state_dir, tools=file_tools(state_dir.workspace)) as bare:
         with pytest.raises(ConfigError, match=r"effect\.create_ticket"):
@@ -73,7 +76,7 @@ def test_review_waiting_on_a_tool_the_agent_lacks_is_refused_and_loses_nothing(
     approve = {"decisions": [{"type": "approve"}]}
     with open_agent(state_dir, endpoints=services.endpoints) as agent:
         agent.start("go", thread_id="t1")
-        second = agent.resume("t1", decisions=approve)  # the ticket
+        second = agent.resume("t1", decisions=bound(agent, "t1", approve))  # the ticket
         names = [a["name"] for a in second.interrupts[0].value["action_requests"]]
         assert names == ["send_email", "write_file"]
     with open_agent(state_dir, tools=file_tools(state_dir.workspace)) as bare:
@@ -86,7 +89,7 @@ def test_review_waiting_on_a_tool_the_agent_lacks_is_refused_and_loses_nothing(
         assert "--with-services" in (status.error or "")
         for answer in (None, {"decisions": [{"type": "approve"}] * 2}, approve):
             with pytest.raises(ConfigError, match=r"effect\.send_email"):
-                bare.resume("t1", decisions=answer)
+                bare.resume("t1", decisions=bound(bare, "t1", answer))
         # the raw graph (no runner) refuses too, instead of dropping the call
         from langgraph.types import Command
 
@@ -98,7 +101,9 @@ def test_review_waiting_on_a_tool_the_agent_lacks_is_refused_and_loses_nothing(
             )
     assert not (state_dir.workspace / "incidents").exists()
     with open_agent(state_dir, endpoints=services.endpoints) as agent:
-        done = agent.resume("t1", decisions={"decisions": [{"type": "approve"}] * 2})
+        done = agent.resume(
+            "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}] * 2})
+        )
         assert done.status is RunStatus.DONE, done.error
     w = world(state_dir)
     assert (w.tickets, w.mails, len(w.files)) == (1, 1, 1)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
+from tests.answers._bind import bound
 
 from effectgate._app import StateDir, open_agent
 from effectgate._clock import FakeClock
@@ -60,7 +61,7 @@ def decide(result: Any, *kinds: str | dict[str, Any]) -> dict[str, Any]:
 def run_approving(agent: Agent, thread: str = "t1") -> Any:
     result = agent.start(TASK, thread_id=thread)
     while result.status is RunStatus.WAITING_REVIEW:
-        result = agent.resume(thread, decisions=decide(result, APPROVE_ALL))
+        result = agent.resume(thread, decisions=bound(agent, thread, decide(result, APPROVE_ALL)))
     return result
 
 
@@ -106,12 +107,16 @@ def test_approve_one_reject_other(services: DemoServices, state_dir: StateDir) -
     """Of two parallel calls, the approved one runs and the rejected one is answered, not run."""
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")
-        result = agent.resume("t1", decisions=decide(result, APPROVE_ALL))
+        result = agent.resume("t1", decisions=bound(agent, "t1", decide(result, APPROVE_ALL)))
         names = [a["name"] for a in result.interrupts[0].value["action_requests"]]
         assert names == ["send_email", "write_file"]
         result = agent.resume(
             "t1",
-            decisions=decide(result, "approve", {"type": "reject", "message": "no note today"}),
+            decisions=bound(
+                agent,
+                "t1",
+                decide(result, "approve", {"type": "reject", "message": "no note today"}),
+            ),
         )
         assert result.status is RunStatus.DONE
         rejected = [m for m in tool_messages(agent) if m.name == "write_file"]
@@ -131,7 +136,7 @@ def test_edit_runs_edited_args_and_tells_the_model(
     """An edit binds the approval to the new args: they run, and the model is told truthfully."""
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")
-        result = agent.resume("t1", decisions=decide(result, APPROVE_ALL))
+        result = agent.resume("t1", decisions=bound(agent, "t1", decide(result, APPROVE_ALL)))
         original = result.interrupts[0].value["action_requests"][1]
         edit = {
             "type": "edit",
@@ -140,7 +145,7 @@ def test_edit_runs_edited_args_and_tells_the_model(
                 "args": {"path": "notes/x.md", "content": "hi"},
             },
         }
-        result = agent.resume("t1", decisions=decide(result, "approve", edit))
+        result = agent.resume("t1", decisions=bound(agent, "t1", decide(result, "approve", edit)))
         assert result.status is RunStatus.DONE
         (msg,) = [m for m in tool_messages(agent) if m.name == "write_file"]
         body = json.loads(str(msg.content))
@@ -170,11 +175,13 @@ def test_malformed_resume_is_refused_and_dispatches_nothing(
     with make_agent(state_dir, services) as agent:
         agent.start(TASK, thread_id="t1")
         with pytest.raises(DecisionError, match=match):
-            agent.resume("t1", decisions=answer)
+            agent.resume("t1", decisions=bound(agent, "t1", answer))
         status = agent.status("t1")
         assert status.status is RunStatus.WAITING_REVIEW
         assert agent.ledger.list(thread_id="t1") == []
-        done = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
+        done = agent.resume(
+            "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}]})
+        )
         assert done.status is RunStatus.WAITING_REVIEW  # now at the mail/note review
     assert world(state_dir).tickets == 1
 
@@ -189,7 +196,7 @@ def test_edit_with_schema_invalid_args_is_asked_again(
             "type": "edit",
             "edited_action": {"name": "create_ticket", "args": {"title": "x", "severity": "??"}},
         }
-        result = agent.resume("t1", decisions={"decisions": [bad]})
+        result = agent.resume("t1", decisions=bound(agent, "t1", {"decisions": [bad]}))
         assert result.status is RunStatus.WAITING_REVIEW
         assert "edited arguments refused" in result.interrupts[0].value["error"]
         assert agent.ledger.list(thread_id="t1") == []
@@ -221,7 +228,9 @@ def test_expired_approval_goes_back_to_review(services: DemoServices, state_dir:
         assert world(state_dir).tickets == 0
         (op,) = agent.ledger.list(thread_id="t1")
         assert op.state is OpState.PROPOSED
-        result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
+        result = agent.resume(
+            "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}]})
+        )
         assert result.status is RunStatus.WAITING_REVIEW  # mail + note now
     assert world(state_dir).tickets == 1
 
@@ -241,7 +250,9 @@ def test_replay_from_every_checkpoint_changes_nothing(
         for cid in checkpoints:
             result = agent.replay("t1", cid)
             while result.status is RunStatus.WAITING_REVIEW:
-                result = agent.resume("t1", decisions=decide(result, APPROVE_ALL))
+                result = agent.resume(
+                    "t1", decisions=bound(agent, "t1", decide(result, APPROVE_ALL))
+                )
             assert result.status is RunStatus.DONE, (cid, result)
         assert services.stats("tickets")["create_requests"] == 1
     after = world(state_dir)
@@ -272,7 +283,7 @@ def test_replay_with_new_call_ids_flags_possible_duplicates(
         assert result.status is RunStatus.WAITING_REVIEW
         actions = result.interrupts[0].value["action_requests"]
         assert all(a["possible_duplicate_of"] for a in actions), actions
-        result = agent.resume("t1", decisions=decide(result, "reject"))
+        result = agent.resume("t1", decisions=bound(agent, "t1", decide(result, "reject")))
         assert result.status is RunStatus.DONE
     w = world(state_dir)
     assert (w.tickets, w.mails) == (1, 1)
@@ -308,8 +319,10 @@ def test_fork_with_edited_args_surfaces_conflict(
             "reject",
         ]
         with pytest.raises(DecisionError):
-            agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
-        result = agent.resume("t1", decisions={"decisions": [{"type": "reject"}]})
+            agent.resume("t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}]}))
+        result = agent.resume(
+            "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "reject"}]})
+        )
     w = world(state_dir)
     assert w.tickets == 1 and services.stats("tickets")["create_requests"] == 1
 
@@ -340,7 +353,9 @@ def test_malformed_model_output_becomes_error_messages(
         assert result.status is RunStatus.WAITING_REVIEW
         (action,) = result.interrupts[0].value["action_requests"]
         assert action["args"]["path"] == "ok.txt" and action["tool_call_id"].startswith("call_eg")
-        result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
+        result = agent.resume(
+            "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}]})
+        )
         assert result.status is RunStatus.DONE
         errors = [json.loads(str(m.content)) for m in tool_messages(agent) if m.status == "error"]
         text = " ".join(e.get("error", "") for e in errors)
@@ -358,7 +373,7 @@ def test_unknown_outcome_parks_then_human_verdict(
     services.set_fault("tickets", "ambiguous-unqueryable", delay_s=8)
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")
-        result = agent.resume("t1", decisions=decide(result, APPROVE_ALL))
+        result = agent.resume("t1", decisions=bound(agent, "t1", decide(result, APPROVE_ALL)))
         assert result.status is RunStatus.WAITING_RECONCILIATION
         (pending,) = result.interrupts
         assert pending.value["operation_id"] == "ticket:orders-error-rate"
@@ -371,7 +386,7 @@ def test_unknown_outcome_parks_then_human_verdict(
         with pytest.raises(DecisionError, match="no pending reconciliation"):
             agent.resume("t1", verdicts={"nope": {"verdict": "failed"}})
         with pytest.raises(DecisionError, match="no review is pending"):
-            agent.resume("t1", decisions={"decisions": []})
+            agent.resume("t1", decisions=bound(agent, "t1", {"decisions": []}))
         result = agent.resume(
             "t1",
             verdicts={
@@ -399,7 +414,7 @@ def test_verdict_applied_outside_the_graph_is_picked_up(
     services.set_fault("tickets", "ambiguous-unqueryable", delay_s=8)
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")
-        result = agent.resume("t1", decisions=decide(result, APPROVE_ALL))
+        result = agent.resume("t1", decisions=bound(agent, "t1", decide(result, APPROVE_ALL)))
         assert result.status is RunStatus.WAITING_RECONCILIATION
         agent.dispatcher.apply_verdict(
             "ticket:orders-error-rate", {"verdict": "failed", "evidence": "not in the ticket UI"}
@@ -442,7 +457,7 @@ def test_same_task_in_a_second_thread_flags_duplicates(
             first["send_email"],
             first["write_file"],
         ]
-        result = agent.resume("t2", decisions=decide(result, "reject"))
+        result = agent.resume("t2", decisions=bound(agent, "t2", decide(result, "reject")))
         assert result.status is RunStatus.DONE
     assert (world(state_dir).tickets, world(state_dir).mails) == (1, 1)
     assert services.stats("tickets")["create_requests"] == 1
@@ -456,11 +471,13 @@ def test_stop_requested_before_a_run_applies_to_that_run(
         result = agent.start(TASK, thread_id="t1")
         answer = decide(result, APPROVE_ALL)
         agent.request_stop("test: stop")
-        result = agent.resume("t1", decisions=answer)
+        result = agent.resume("t1", decisions=bound(agent, "t1", answer))
         # stopped at the first boundary: nothing ran, the review still waits
         assert result.status is RunStatus.WAITING_REVIEW and "test: stop" in (result.error or "")
         assert agent.ledger.list(thread_id="t1") == [] and world(state_dir).tickets == 0
-        result = agent.resume("t1", decisions=answer)  # the stop was for that run only
+        result = agent.resume(
+            "t1", decisions=bound(agent, "t1", answer)
+        )  # the stop was for that run only
         assert result.status is RunStatus.WAITING_REVIEW and result.error is None
         assert world(state_dir).tickets == 1
 

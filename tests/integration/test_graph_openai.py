@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from langchain_core.messages import AIMessage, ToolMessage
+from tests.answers._bind import bound
 
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices
@@ -48,7 +49,9 @@ def test_openai_model_drives_review_and_effect(services: DemoServices, state_dir
             ledger = agent.ledger
             result = agent.start("write a file", thread_id="t1")
             assert result.status is RunStatus.WAITING_REVIEW
-            result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
+            result = agent.resume(
+                "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}]})
+            )
             assert result.status is RunStatus.DONE and result.final_message == "written"
             (op,) = ledger.list(thread_id="t1")
             assert (op.operation_id, op.state) == ("t1:call_w1", OpState.SUCCEEDED)
@@ -79,7 +82,9 @@ def test_model_error_leaves_thread_resumable(services: DemoServices, state_dir: 
         with _agent(state_dir, services, server, retries=0) as agent:
             ledger = agent.ledger
             result = agent.start("go", thread_id="t1")
-            result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
+            result = agent.resume(
+                "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}]})
+            )
             assert result.status is RunStatus.INCOMPLETE  # the step failed, the thread is kept
             assert result.error is not None and "500" in result.error
             result = agent.resume("t1")
@@ -107,7 +112,9 @@ def test_tool_call_without_id_and_bad_json_are_answered(
         with _agent(state_dir, services, server, retries=0) as agent:
             result = agent.start("go", thread_id="t1")
             assert result.status is RunStatus.WAITING_REVIEW
-            result = agent.resume("t1", decisions={"decisions": [{"type": "approve"}]})
+            result = agent.resume(
+                "t1", decisions=bound(agent, "t1", {"decisions": [{"type": "approve"}]})
+            )
             assert result.status is RunStatus.DONE
             msgs = agent.messages("t1")
             ai = next(

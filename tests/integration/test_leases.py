@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from tests.answers._bind import bound
 
 from effectgate._app import StateDir, open_agent
 from effectgate.errors import ConfigError, ThreadBusyError
@@ -71,14 +72,16 @@ def test_lease_is_renewed_through_a_long_run(state_dir: StateDir) -> None:
     with _agent(state_dir, calls) as one, _agent(state_dir, []) as two:
         one.start("go", thread_id="t")
         box: dict[str, Any] = {}
-        runner = threading.Thread(target=lambda: box.update(r=one.resume("t", decisions=APPROVE)))
+        runner = threading.Thread(
+            target=lambda: box.update(r=one.resume("t", decisions=bound(one, "t", APPROVE)))
+        )
         runner.start()
         refusals = 0
         while not calls:
             time.sleep(0.01)
         while runner.is_alive():
             with pytest.raises(ThreadBusyError):
-                two.resume("t", decisions=APPROVE)
+                two.resume("t", decisions=bound(two, "t", APPROVE))
             refusals += 1
             time.sleep(0.1)
         runner.join()
@@ -91,7 +94,9 @@ def test_a_stolen_lease_stops_the_run_at_the_next_step(state_dir: StateDir) -> N
     with _agent(state_dir, calls) as agent:
         agent.start("go", thread_id="t")
         box: dict[str, Any] = {}
-        runner = threading.Thread(target=lambda: box.update(r=agent.resume("t", decisions=APPROVE)))
+        runner = threading.Thread(
+            target=lambda: box.update(r=agent.resume("t", decisions=bound(agent, "t", APPROVE)))
+        )
         runner.start()
         while not calls:
             time.sleep(0.01)
@@ -140,7 +145,7 @@ def test_a_brief_hold_is_waited_for_and_a_late_starter_does_not_take_the_lease(
             timer.start()
             agent.lease_wait_s = 2.0
             t0 = time.monotonic()
-            result = agent.resume("t", decisions=APPROVE)
+            result = agent.resume("t", decisions=bound(agent, "t", APPROVE))
             waited = time.monotonic() - t0
             timer.join()
     assert result.status is RunStatus.WAITING_REVIEW, result.error

@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from pydantic import BaseModel
+from tests.answers._bind import bound
 from tests.integration._approvals import record_approval
 
 from effectgate._app import StateDir, open_agent
@@ -54,7 +55,10 @@ def test_rejected_key_is_reviewed_again_in_another_thread(
     with incident_agent(state_dir, services) as agent:
         monday = agent.start(TASK, thread_id="monday")
         assert [a["operation_id"] for a in actions(monday)] == [KEY]
-        assert agent.resume("monday", decisions=REJECT).status is RunStatus.DONE
+        assert (
+            agent.resume("monday", decisions=bound(agent, "monday", REJECT)).status
+            is RunStatus.DONE
+        )
         rejected = agent.ledger.get(KEY)
         assert rejected is not None and rejected.state is OpState.REJECTED
 
@@ -62,7 +66,7 @@ def test_rejected_key_is_reviewed_again_in_another_thread(
         assert tuesday.status is RunStatus.WAITING_REVIEW
         (action,) = actions(tuesday)
         assert (action["name"], action["operation_id"]) == ("create_ticket", f"{KEY}#2")
-        tuesday = agent.resume("tuesday", decisions=APPROVE)
+        tuesday = agent.resume("tuesday", decisions=bound(agent, "tuesday", APPROVE))
         assert tuesday.status is RunStatus.WAITING_REVIEW  # now the mail and the note
         assert ticket_keys(state_dir) == [f"{KEY}#2"]
 
@@ -92,13 +96,13 @@ def test_edit_onto_a_rejected_key_opens_a_fresh_operation(
     """An edit onto a key another call had rejected runs under ``<key>#2``, reviewed once."""
     with incident_agent(state_dir, services) as agent:
         agent.start(TASK, thread_id="monday")
-        agent.resume("monday", decisions=REJECT)
+        agent.resume("monday", decisions=bound(agent, "monday", REJECT))
     with incident_agent(state_dir, services, alert_id="orders-errors") as agent:
         (action,) = actions(agent.start(TASK, thread_id="tuesday"))
         assert action["operation_id"] == "ticket:orders-errors"
         edited = {**action["args"], "alert_id": "orders-error-rate"}
         edit = {"type": "edit", "edited_action": {"name": "create_ticket", "args": edited}}
-        result = agent.resume("tuesday", decisions={"decisions": [edit]})
+        result = agent.resume("tuesday", decisions=bound(agent, "tuesday", {"decisions": [edit]}))
         assert result.status is RunStatus.WAITING_REVIEW  # the mail and the note
         op = agent.ledger.get(f"{KEY}#2")
         assert op is not None and op.state is OpState.SUCCEEDED
@@ -118,7 +122,10 @@ def test_failed_key_stays_failed_for_a_later_thread(
     services.set_fault("tickets", "reject")
     with incident_agent(state_dir, services) as agent:
         agent.start(TASK, thread_id="monday")
-        assert agent.resume("monday", decisions=APPROVE).status is RunStatus.DONE
+        assert (
+            agent.resume("monday", decisions=bound(agent, "monday", APPROVE)).status
+            is RunStatus.DONE
+        )
         failed = agent.ledger.get(KEY)
         assert failed is not None and failed.state is OpState.FAILED
 
@@ -137,8 +144,10 @@ def test_succeeded_key_is_still_shared_across_threads(
     """A ticket that was created is reused by a second thread: nobody is asked, nothing is sent."""
     with incident_agent(state_dir, services) as agent:
         agent.start(TASK, thread_id="monday")
-        result = agent.resume("monday", decisions=APPROVE)
-        result = agent.resume("monday", decisions={"decisions": [{"type": "approve"}] * 2})
+        result = agent.resume("monday", decisions=bound(agent, "monday", APPROVE))
+        result = agent.resume(
+            "monday", decisions=bound(agent, "monday", {"decisions": [{"type": "approve"}] * 2})
+        )
         assert result.status is RunStatus.DONE
 
         tuesday = agent.start(TASK, thread_id="tuesday")
@@ -149,7 +158,10 @@ def test_succeeded_key_is_still_shared_across_threads(
         assert all(op.thread_id == "tuesday" for op in tuesday.operations)
         assert [op.operation_id for op in agent.status("tuesday").shared_operations] == [KEY]
         reject_both = {"decisions": [{"type": "reject"}] * 2}
-        assert agent.resume("tuesday", decisions=reject_both).status is RunStatus.DONE
+        assert (
+            agent.resume("tuesday", decisions=bound(agent, "tuesday", reject_both)).status
+            is RunStatus.DONE
+        )
         assert agent.ledger.get(f"{KEY}#2") is None
         assert agent.ledger.list(thread_id="tuesday", tool="create_ticket") == []
         (reply,) = [
@@ -198,7 +210,10 @@ def test_colliding_thread_scoped_ids_get_distinct_operations(
         with _note_agent(state_dir, effects, call_id) as agent:
             result = agent.start("go", thread_id=thread)
             assert result.status is RunStatus.WAITING_REVIEW, (thread, result)
-            assert agent.resume(thread, decisions=APPROVE).status is RunStatus.DONE
+            assert (
+                agent.resume(thread, decisions=bound(agent, thread, APPROVE)).status
+                is RunStatus.DONE
+            )
     lines = [json.loads(line) for line in effects.read_text(encoding="utf-8").splitlines()]
     assert [(e["thread_id"], e["operation_id"]) for e in lines] == [
         ("x", "x:y:call_1"),
@@ -230,10 +245,10 @@ def test_a_reject_in_one_thread_leaves_another_threads_approved_key_alone(
         )
         tuesday = agent.start(TASK, thread_id="tuesday")
         assert [a["operation_id"] for a in actions(tuesday)] == [KEY]  # shared: APPROVED
-        agent.resume("tuesday", decisions=REJECT)
+        agent.resume("tuesday", decisions=bound(agent, "tuesday", REJECT))
         op = agent.ledger.get(KEY)
         assert op is not None and op.state is OpState.APPROVED
-        agent.resume("monday", decisions=APPROVE)
+        agent.resume("monday")  # Monday's review is decided: its recorded approval runs
         op = agent.ledger.get(KEY)
         assert op is not None and op.state is OpState.SUCCEEDED
     assert ticket_keys(state_dir) == [KEY]
@@ -247,17 +262,17 @@ def test_an_approval_binds_to_the_operation_id_shown(
     the review asked again, showing ``#3``; approving that creates the one ticket."""
     with incident_agent(state_dir, services) as agent:
         agent.start(TASK, thread_id="monday")
-        agent.resume("monday", decisions=REJECT)
+        agent.resume("monday", decisions=bound(agent, "monday", REJECT))
         tuesday = agent.start(TASK, thread_id="tuesday")
         wednesday = agent.start(TASK, thread_id="wednesday")
         assert [a["operation_id"] for a in actions(tuesday)] == [f"{KEY}#2"]
         assert [a["operation_id"] for a in actions(wednesday)] == [f"{KEY}#2"]
-        agent.resume("tuesday", decisions=REJECT)
-        asked_again = agent.resume("wednesday", decisions=APPROVE)
+        agent.resume("tuesday", decisions=bound(agent, "tuesday", REJECT))
+        asked_again = agent.resume("wednesday", decisions=bound(agent, "wednesday", APPROVE))
         assert asked_again.status is RunStatus.WAITING_REVIEW
         (pending,) = asked_again.interrupts
         assert "operation ids changed since they were shown" in pending.value["error"]
         assert [a["operation_id"] for a in actions(asked_again)] == [f"{KEY}#3"]
         assert ticket_keys(state_dir) == []
-        agent.resume("wednesday", decisions=APPROVE)
+        agent.resume("wednesday", decisions=bound(agent, "wednesday", APPROVE))
     assert ticket_keys(state_dir) == [f"{KEY}#3"]

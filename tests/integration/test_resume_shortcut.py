@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.answers._bind import bound
 
 from effectgate._app import StateDir, open_agent
 from effectgate.errors import DecisionError
@@ -66,14 +67,14 @@ def test_own_interrupts_are_answered_without_a_state_load(
     with _agent(state_dir) as agent:
         first = agent.start("write", thread_id="t")
         loads = _count_state_loads(agent, monkeypatch)
-        second = agent.resume("t", decisions=APPROVE)
+        second = agent.resume("t", answers={first.interrupts[0].id: APPROVE})
         assert (_pending_path(first), _pending_path(second)) == ("a.txt", "b.txt")
         assert loads == []
         waiting = agent.resume("t")  # no answer: says what waits, runs nothing
         assert waiting.status is RunStatus.WAITING_REVIEW and _pending_path(waiting) == "b.txt"
         assert loads == []
-        agent.resume("t", decisions=APPROVE)
-        done = agent.resume("t", decisions=APPROVE)
+        agent.resume("t", decisions=bound(agent, "t", APPROVE))
+        done = agent.resume("t", decisions=bound(agent, "t", APPROVE))
         assert done.status is RunStatus.DONE
     assert sorted(p.name for p in state_dir.workspace.iterdir()) == ["a.txt", "b.txt", "c.txt"]
 
@@ -84,9 +85,9 @@ def test_a_thread_moved_by_another_agent_takes_the_full_path(
     """Agent 1 stopped at a.txt; agent 2 approved it and stopped at b.txt: 1's answer goes to b."""
     with _agent(state_dir) as one, _agent(state_dir) as two:
         assert _pending_path(one.start("write", thread_id="t")) == "a.txt"
-        assert _pending_path(two.resume("t", decisions=APPROVE)) == "b.txt"
+        assert _pending_path(two.resume("t", decisions=bound(two, "t", APPROVE))) == "b.txt"
         loads = _count_state_loads(one, monkeypatch)
-        after = one.resume("t", decisions=APPROVE)
+        after = one.resume("t", decisions=bound(one, "t", APPROVE))
         ops = one.ledger.list(thread_id="t")
     assert after.status is RunStatus.WAITING_REVIEW and _pending_path(after) == "c.txt"
     assert [(op.args["path"], op.state.value) for op in ops] == [
@@ -117,8 +118,8 @@ def test_a_bad_answer_on_the_shortcut_loses_nothing(state_dir: StateDir, tmp_pat
     with _agent(state_dir) as agent:
         agent.start("write", thread_id="t")
         with pytest.raises(DecisionError):
-            agent.resume("t", decisions={"decisions": []})
-        again = agent.resume("t", decisions=APPROVE)
+            agent.resume("t", decisions=bound(agent, "t", {"decisions": []}))
+        again = agent.resume("t", decisions=bound(agent, "t", APPROVE))
         assert _pending_path(again) == "b.txt"
     assert [p.name for p in state_dir.workspace.iterdir()] == ["a.txt"]
 

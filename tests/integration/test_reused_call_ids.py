@@ -17,6 +17,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import BaseModel
+from tests.answers._bind import bound
 from tests.integration._approvals import record_approval
 
 from effectgate._app import StateDir, open_agent
@@ -87,7 +88,10 @@ def _approve_all(agent: Agent, result: RunResult, thread: str = "t1") -> list[di
         for action in actions:
             assert action["conflict"] is None, action  # approvable, not bound elsewhere
         reviewed += actions
-        result = agent.resume(thread, decisions={"decisions": [{"type": "approve"}] * len(actions)})
+        result = agent.resume(
+            thread,
+            decisions=bound(agent, thread, {"decisions": [{"type": "approve"}] * len(actions)}),
+        )
     assert result.status is RunStatus.DONE, result
     return reviewed
 
@@ -279,11 +283,11 @@ def test_an_approved_same_intent_call_in_another_thread_is_a_possible_duplicate(
         first = agent.start("mail alice", thread_id="a")
         (req,) = first.interrupts[0].value["action_requests"]
         # Record thread a's approval only (its effect has not run yet): APPROVED.
-        approval = {"decisions": [{"type": "approve"}], "reviewer": "t"}
         record_approval(agent.ledger, req, thread_id="a", tool="send_email", reviewer="t")
         assert agent.ledger.get(req["operation_id"]).state is OpState.APPROVED  # type: ignore[union-attr]
         second = agent.start("mail alice", thread_id="b")
         (dup,) = second.interrupts[0].value["action_requests"]
         assert dup["possible_duplicate_of"] == req["operation_id"]
-        assert agent.resume("a", decisions=approval).status is RunStatus.DONE
+        # a's review is decided (its approval is recorded): resuming runs it
+        assert agent.resume("a").status is RunStatus.DONE
     assert len(sent) == 1

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from langchain_core.messages import AIMessage, ToolMessage
+from tests.answers._bind import bound
 
 from effectgate._app import StateDir, open_agent
 from effectgate.graph import Policy, RunStatus
@@ -44,7 +45,7 @@ def test_old_thread_resumes_with_exactly_one_more_write(tmp_path: Path) -> None:
         assert waiting.status is RunStatus.WAITING_REVIEW
         (action,) = waiting.interrupts[0].value["action_requests"]
         assert action["args"] == {"path": "b.txt", "content": "second\n"}
-        done = agent.resume("old", decisions=APPROVE)
+        done = agent.resume("old", decisions=bound(agent, "old", APPROVE))
         assert done.status is RunStatus.DONE, done.error
         assert done.final_message == "Both files written."
         history = agent.messages("old")
@@ -68,7 +69,7 @@ def test_old_and_new_checkpoints_read_back_as_one_growing_history(tmp_path: Path
     sd = _copy(tmp_path)
     model = ScriptedChatModel.from_script(SCRIPT)
     with open_agent(sd, model=model, policy=Policy(approval_ttl=None)) as agent:
-        agent.resume("old", decisions=APPROVE)
+        agent.resume("old", decisions=bound(agent, "old", APPROVE))
         config = {"configurable": {"thread_id": "old"}}
         snapshots = list(agent.graph.get_state_history(config))
         latest = snapshots[0].values["messages"]
@@ -90,7 +91,7 @@ def test_old_and_new_checkpoints_read_back_as_one_growing_history(tmp_path: Path
         mtime = (sd.workspace / "b.txt").stat().st_mtime_ns
         forked = agent.replay("old", old_review.config["configurable"]["checkpoint_id"])
         while forked.status is RunStatus.WAITING_REVIEW:
-            forked = agent.resume("old", decisions=APPROVE)
+            forked = agent.resume("old", decisions=bound(agent, "old", APPROVE))
         assert forked.status is RunStatus.DONE, forked.error
     assert (sd.workspace / "b.txt").stat().st_mtime_ns == mtime
     assert (sd.workspace / "b.txt").read_bytes() == b"second\n"

@@ -15,7 +15,8 @@ from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
 def _status(agent: Agent) -> RunStatus:
     result: RunResult = agent.start("task", thread_id="t")
     if result.status is RunStatus.WAITING_REVIEW:
-        result = agent.resume("t", decisions={"decisions": [{"type": "approve"}]})
+        review = result.interrupts[0].id  # every answer names the review it answers
+        result = agent.resume("t", answers={review: {"decisions": [{"type": "approve"}]}})
     verdict: Verdict = {"verdict": "succeeded", "reference": "TICKET-1"}
     agent.resume("t", verdicts={"op": verdict})
     return result.status

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from effectgate._untrusted import parse_json, read_regular_file
+from effectgate.answers import bind_decisions
 from effectgate.cli._render import dumps
 from effectgate.errors import DecisionError
 
@@ -31,8 +32,10 @@ __all__ = [
 ]
 
 _ENTRY_KEYS = frozenset({"decisions", "interrupt_id", "reviewer", "verdicts"})
-_DECISION_KEYS = frozenset({"type", "edited_action", "message", "tool_call_id"})
-_TYPES = ("approve", "edit", "reject")
+_DECISION_KEYS = frozenset(
+    {"type", "edited_action", "message", "tool_call_id", "operation_id", "intent_hash"}
+)
+_TYPES = ("approve", "edit", "reject", "respond")
 
 Say = Callable[[str], None]
 """Tells the person what a source decided on their behalf (stderr)."""
@@ -117,6 +120,20 @@ class BlanketDecisions:
                     f"{flag}: cannot {wanted} {label} (allowed: {allowed}){why}; left for review"
                 )
                 return None
+            repeat = action.get("repeat_of_rejected")
+            replaced = action.get("replaced_by_edit")
+            if self.approve and (repeat or replaced):
+                why = (
+                    f"repeats {repeat.get('operation_id')}, which a reviewer rejected "
+                    f"({repeat.get('reason')})"
+                    if isinstance(repeat, Mapping)
+                    else f"was replaced by a reviewer's edit (operation {replaced})"
+                )
+                self.say(
+                    f"{flag}: {label} {why} — approve it explicitly with --decisions or "
+                    "interactively; left for review"
+                )
+                return None
             duplicate = action.get("possible_duplicate_of")
             if self.approve and duplicate:
                 # The same effect already happened once: repeating it takes a
@@ -137,7 +154,8 @@ class BlanketDecisions:
                         "message": f"rejected by {flag}",
                     }
                 )
-        return {"decisions": decisions, "reviewer": self.reviewer}
+        # Each answer names the call, operation and intent it was read for.
+        return bind_decisions(request, {"decisions": decisions, "reviewer": self.reviewer})
 
     def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Leave every reconciliation to a human, and say so."""
@@ -157,9 +175,12 @@ class BlanketDecisions:
 
 
 class FileDecisions:
-    """``--decisions FILE``: review answers in order, verdicts by operation id.
+    """``--decisions FILE``: review answers bound to their reviews, verdicts by operation id.
 
-    Strict: answering only part of what is pending together is bad input.
+    Every review answer names the review it answers (``interrupt_id``, or
+    each decision's ``operation_id`` and ``intent_hash``); it is handed out
+    only for that review. Each verdict is used once, for the attempt it was
+    asked about: one ``retry`` authorises one attempt.
 
     Args:
         entries: the validated entries of ``load_decisions_file``.
@@ -179,6 +200,7 @@ class FileDecisions:
         self._verdicts: dict[str, dict[str, Any]] = {}
         for entry in entries:
             self._verdicts.update(entry.get("verdicts", {}))
+        self._given_verdicts = sorted(self._verdicts)
         self._used: set[str] = set()
         self.reviewer = reviewer
         self.say = say
@@ -191,18 +213,38 @@ class FileDecisions:
     @property
     def verdict_operations(self) -> list[str]:
         """The operation ids the file holds verdicts for, sorted."""
-        return sorted(self._verdicts)
+        return list(self._given_verdicts)
 
     @property
     def unused_verdicts(self) -> list[str]:
         """Operation ids whose verdict no pending reconciliation asked for, sorted."""
-        return sorted(set(self._verdicts) - self._used)
+        return sorted(set(self._given_verdicts) - self._used)
 
-    def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Return the next unused review answer, or ``None`` when the file has no more."""
-        if not self._reviews:
-            return None
-        entry = self._reviews.pop(0)
+    def review(
+        self, request: Mapping[str, Any], interrupt_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """Return the file's answer bound to this review, or ``None`` if it has none."""
+        shown = [(a.get("operation_id"), a.get("intent_hash")) for a in request["action_requests"]]
+        for entry in self._reviews:
+            pinned = entry.get("interrupt_id")
+            named = [(d.get("operation_id"), d.get("intent_hash")) for d in entry["decisions"]]
+            if (pinned is not None and pinned == interrupt_id) or (
+                pinned is None and named == shown
+            ):
+                self._reviews.remove(entry)
+                return self._answer(entry, request)
+        return None
+
+    def leftover(self) -> list[dict[str, Any]]:
+        """The review answers no pending review took, each as given (with its binding)."""
+        out = [
+            {"reviewer": self.reviewer, **entry, "decisions": list(entry["decisions"])}
+            for entry in self._reviews
+        ]
+        self._reviews = []
+        return out
+
+    def _answer(self, entry: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
         actions = request.get("action_requests", [])
         decisions = [dict(d) for d in entry["decisions"]]
         for decision, action in zip(decisions, actions, strict=False):
@@ -210,28 +252,30 @@ class FileDecisions:
             if isinstance(edited, dict) and "name" not in edited:
                 decision["edited_action"] = {"name": action["name"], **edited}
         answer = {"decisions": decisions, "reviewer": entry.get("reviewer", self.reviewer)}
-        if "interrupt_id" in entry:
-            answer["interrupt_id"] = entry["interrupt_id"]  # pinned to one review
-        return answer
+        return bind_decisions(request, answer)
 
     def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Return the file's verdict for the request's operation, or ``None``."""
+        """Return the file's verdict for the request's operation once, bound to its attempt."""
         op_id = str(request.get("operation_id"))
-        given = self._verdicts.get(op_id)
+        given = self._verdicts.pop(op_id, None)
         if given is None:
-            self.say(f"decisions file: no verdict for {op_id}")
+            self.say(
+                f"decisions file: no verdict for {op_id}"
+                + (" (its verdict was used for an earlier attempt)" if op_id in self._used else "")
+            )
             return None
         self._used.add(op_id)
-        return {"reviewer": self.reviewer, **given}
+        return {"reviewer": self.reviewer, "attempt": request.get("attempt"), **given}
 
 
 def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
     """Read and validate a decisions file before anything runs.
 
-    Accepted shapes: ``{"decisions": [...], "reviewer": "..."}`` (the next
-    review; with ``"interrupt_id"`` from ``effectgate pending --json`` only
-    that review, refused if it is no longer pending), a list of such objects
-    (successive reviews), or
+    Accepted shapes: ``{"decisions": [...], "reviewer": "...",
+    "interrupt_id": "..."}`` (the review with that id, from ``effectgate
+    pending --json``; or, instead of ``interrupt_id``, each decision names
+    the ``operation_id`` and ``intent_hash`` shown), a list of such objects
+    (several reviews), or
     ``{"verdicts": {operation_id: verdict}}``; an object may hold both.
 
     Args:
@@ -241,8 +285,8 @@ def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
         The entries, in order.
 
     Raises:
-        DecisionError: unreadable file, invalid JSON, or a wrong shape; the
-            message names the place.
+        DecisionError: unreadable file, invalid JSON, a wrong shape, or a
+            review answer that names no review; the message names the place.
     """
     try:
         data = parse_json(read_regular_file(path))  # bounded: no FIFO, device, bomb
@@ -281,6 +325,13 @@ def _check_entry(entry: Any, where: str) -> None:
             raise DecisionError(f'{where}: "decisions" must be a non-empty list')
         for number, decision in enumerate(decisions):
             _check_decision(decision, f"{where}, decision {number}")
+        bound = all(d.get("operation_id") and d.get("intent_hash") for d in decisions)
+        if "interrupt_id" not in entry and not bound:
+            raise DecisionError(
+                f'{where}: names no review: add the review\'s "interrupt_id" (from '
+                '"effectgate pending --json"), or "operation_id" and "intent_hash" to each '
+                "decision; an answer is never applied to a review it does not name"
+            )
     if "verdicts" in entry:
         _check_verdicts(entry["verdicts"], where)
 

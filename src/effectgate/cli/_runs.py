@@ -39,6 +39,7 @@ from effectgate.cli._session import (
     check_failpoint,
     drive,
     external_counts,
+    judge_leftover,
 )
 from effectgate.cli._signals import STOPPER
 from effectgate.errors import ConfigError, DecisionError
@@ -483,6 +484,9 @@ def run_resume(
     meta = thread_record(sd, thread_id)
     with inspection_agent(sd) as reader:
         status = reader.status(thread_id)
+        if status.status.value == "done":
+            # answers to reviews this thread already decided: the recorded outcome, or refused
+            status = judge_leftover(reader, thread_id, source, output.note) or status
     if status.status.value == "done":
         _refuse_unused_reviews(source, thread_id)
         output.progress(f"thread {thread_id} is already done; nothing to resume")

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effectgate._failpoints import ENV_VAR, Failpoint, per_tool
-from effectgate.cli._decisions import DecisionSource
+from effectgate.answers import bind_decisions
+from effectgate.cli._decisions import DecisionSource, FileDecisions
 from effectgate.cli._render import tool_line
 from effectgate.cli._signals import Stopper
 from effectgate.errors import ConfigError, DecisionError
@@ -108,8 +109,10 @@ def external_counts(services_dir: Path, workspace: Path) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class _Answers:
+    answers: dict[str, Any] = field(default_factory=dict)
+    """Interrupt id -> answer, each bound to what was read for that interrupt."""
     decisions: dict[str, Any] | None = None
-    verdicts: dict[str, Any] = field(default_factory=dict)
+    """A decisions-file answer bound by operation ids that matches nothing pending."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,40 +158,77 @@ def _ask(
 def _answer(
     pending: list[PendingInterrupt], source: DecisionSource, ledger: Ledger, stopper: Stopper
 ) -> _Answers | None:
+    """Ask ``source`` about each pending interrupt; bind each answer to the one it was read for.
+
+    Interrupts left unanswered stay pending (each interrupt is answered on its
+    own). A decisions file's answers pinned to reviews that are not pending
+    go along too: the agent returns the recorded outcome or refuses them.
+    """
     answers = _Answers()
-    missing: list[str] = []
     for item in pending:
         value = item.value
         if item.kind == "review":
-            answers.decisions = _ask(source, stopper, partial(source.review, value))
-            if answers.decisions is not None:
-                # Bind the answer to the review it was given for: if another
-                # process answers that one first, this answer is refused
-                # instead of landing on whatever review comes next.
-                answers.decisions = {"interrupt_id": item.id, **answers.decisions}
-            if answers.decisions is None:
-                names = ", ".join(str(a.get("name")) for a in value.get("action_requests", []))
-                missing.append(f"answer to the review of {names}")
+            if isinstance(source, FileDecisions):
+                given = source.review(value, item.id)
+            else:
+                given = _ask(source, stopper, partial(source.review, value))
+            if given is not None:
+                answers.answers[item.id] = bind_decisions(value, given)
             continue
         op_id = str(value.get("operation_id"))
         op = ledger.get(op_id)
         if op is not None and op.state.value != "NEEDS_RECONCILIATION":
             continue  # settled by ``effectgate reconcile``; the agent re-reads the ledger
         verdict = _ask(source, stopper, partial(source.verdict, value))
-        if verdict is None:
-            missing.append(f"verdict for {op_id}")
+        if verdict is not None:
+            answers.answers[item.id] = verdict
+    if isinstance(source, FileDecisions):
+        _leftover(source, answers)
+    if not answers.answers and answers.decisions is None:
+        return None
+    return answers
+
+
+def _leftover(source: FileDecisions, answers: _Answers) -> None:
+    """The file's answers to reviews not pending go to the agent, which judges them."""
+    for entry in source.leftover():
+        pinned = entry.pop("interrupt_id", None)
+        if pinned is not None:
+            answers.answers[pinned] = entry
+        elif answers.decisions is None:
+            answers.decisions = entry
         else:
-            answers.verdicts[op_id] = verdict
-    if not missing:
-        return answers
-    if source.strict and not stopper.requested and (answers.decisions or answers.verdicts):
-        # Pending interrupts are answered in one resume or not at all
-        # (a partial resume would re-run the unanswered nodes).
-        raise DecisionError(
-            f"the answers cover only part of what is pending: no {'; no '.join(missing)}. "
-            "Every pending review and reconciliation is answered together; nothing ran"
-        )
-    return None
+            raise DecisionError(
+                "decisions file: more than one answer matches no pending review; "
+                "pin them with interrupt_id; nothing ran"
+            )
+
+
+def judge_leftover(
+    agent: Agent, thread_id: str, source: DecisionSource, say: Say
+) -> RunResult | None:
+    """Hand a decisions file's answers to reviews no longer pending to the agent.
+
+    The same answer as the recorded one is reported ("already decided") and
+    the thread goes on; a contradicting one raises.
+
+    Returns:
+        The thread after the answers were judged, or ``None`` if there were none.
+
+    Raises:
+        DecisionError: an answer contradicts the recorded decision, or names
+            a review this thread never showed.
+    """
+    if not isinstance(source, FileDecisions):
+        return None
+    stale = _Answers()
+    _leftover(source, stale)
+    if not stale.answers and stale.decisions is None:
+        return None
+    result = agent.resume(thread_id, answers=stale.answers, decisions=stale.decisions)
+    for line in result.already_decided:
+        say(line)
+    return result
 
 
 def _fingerprint(pending: list[PendingInterrupt]) -> str:
@@ -226,8 +266,15 @@ def drive(
     """
     answered: set[str] = set()
     for _ in range(_MAX_ROUNDS):
-        if not result.interrupts or stopper.requested:
+        if stopper.requested:
             return Driven(result)
+        if not result.interrupts:
+            with stopper.running(agent):
+                judged = judge_leftover(agent, result.thread_id, source, say)
+            if judged is None:
+                return Driven(result)
+            result = judged
+            continue
         key = _fingerprint(result.interrupts)
         if key in answered:
             say("the same request came back after it was answered; leaving it pending")
@@ -238,8 +285,10 @@ def drive(
         answered.add(key)
         with stopper.running(agent):
             result = agent.resume(
-                result.thread_id, decisions=answers.decisions, verdicts=answers.verdicts or None
+                result.thread_id, answers=answers.answers, decisions=answers.decisions
             )
+        for line in result.already_decided:
+            say(line)
         refused = refusals(result)
         if refused and not source.interactive:
             return Driven(result, refused)

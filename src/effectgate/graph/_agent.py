@@ -36,10 +36,12 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 from langgraph.types import Command, Send
 
+from effectgate import answers as answer_protocol
 from effectgate._clock import Clock
 from effectgate._process import new_worker_id, owner_is_gone
 from effectgate._recent import Recent
-from effectgate.dispatch import Verdict, validate_verdict
+from effectgate.answers import check_review_answer
+from effectgate.dispatch import Verdict
 from effectgate.errors import ConfigError, DecisionError, LedgerError, ThreadBusyError
 from effectgate.graph._build import AgentParts, build_agent
 from effectgate.graph._messages import pending_calls
@@ -50,13 +52,24 @@ from effectgate.ledger import Approval, Lease, Ledger, Operation, OpState, Threa
 from effectgate.retention import PrunePolicy, PruneReport, prune, refuse_deleted
 from effectgate.tools import ToolSpec
 
-__all__ = ["SUPERSEDED", "Agent", "PendingInterrupt", "RunResult", "RunStatus", "turn_message_id"]
+__all__ = [
+    "SUPERSEDED",
+    "Agent",
+    "PendingInterrupt",
+    "RunResult",
+    "RunStatus",
+    "check_review_answer",
+    "turn_message_id",
+]
 
 SUPERSEDED = "Superseded by a new message from the user; the tool was not executed."
 """The answer ``Agent.send(..., supersede=True)`` gives a pending call that never started."""
 
 _TURN = "#turn-"
 """Follow-up turn ``n`` of thread ``T`` is recorded as the ledger thread ``T#turn-n``."""
+
+_HISTORY_LOOKBACK = 500
+"""Most checkpoints read back to find the review an answer names (an error path)."""
 
 
 class RunStatus(enum.StrEnum):
@@ -105,6 +118,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     """Things that went wrong around the run without changing its outcome, e.g.
     the thread lease could not be released (it then expires by itself)."""
+    already_decided: list[str] = field(default_factory=list)
+    """Answers to reviews already decided the same way: the recorded outcomes, one line each."""
 
 
 EventHook = Callable[[Mapping[str, Any]], None]
@@ -236,7 +251,7 @@ class Agent:
         notes: list[str] = []
         with self._lease(thread_id, notes):
             # Nothing checkpointed: ``_resume`` starts from the recorded input.
-            result = self._resume(thread_id, None, None)
+            result = self._resume(thread_id, None, None, None)
             result = self._with_shared(self._next_turn(thread_id, result))
         return _noted(result, notes)
 
@@ -309,7 +324,7 @@ class Agent:
         for turn in turns:
             if request_id is not None and turn.input.get("request_id") == request_id:
                 # A retry of a turn already recorded: continue the thread.
-                result = self._resume(thread_id, None, None)
+                result = self._resume(thread_id, None, None, None)
                 return self._with_shared(self._next_turn(thread_id, result))
         last = turns[-1] if turns else None
         if last is not None and _turn_id(thread_id, last) not in seen:
@@ -407,7 +422,7 @@ class Agent:
         snapshot = self.graph.get_state(config)
         message_id = _turn_id(thread_id, record)
         if any(m.id == message_id for m in snapshot.values.get("messages", [])):
-            return self._resume(thread_id, None, None)  # added before a crash: continue
+            return self._resume(thread_id, None, None, None)  # added before a crash: continue
         human = HumanMessage(str(record.input.get("message", "")), id=message_id)
         supersede = supersede or bool(record.input.get("supersede"))
         self._check_at_rest(thread_id, snapshot, supersede=supersede)
@@ -489,29 +504,42 @@ class Agent:
         *,
         decisions: Mapping[str, Any] | None = None,
         verdicts: Mapping[str, Verdict] | None = None,
+        answers: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Continue a thread from wherever it stopped, repeating no effect.
 
+        Answers follow ``effectgate.answers`` (see docs/answers.md): each one
+        names what it answers, nothing is guessed.
+
         Args:
             thread_id: the thread.
-            decisions: the answer to a pending review interrupt:
-                ``{"decisions": [...], "reviewer": "..."}``.
+            decisions: one review answer, ``{"decisions": [...], "reviewer":
+                "...", "interrupt_id": "..."}``, bound to the review it was
+                given for by ``interrupt_id`` or by each decision's
+                ``operation_id`` and ``intent_hash``.
             verdicts: answers to pending reconciliation interrupts, by
                 operation id.
+            answers: interrupt id -> answer (a review answer or a verdict), as
+                LangGraph's ``Command(resume={id: value})``; interrupts left
+                out stay pending.
 
         Returns:
-            The thread's state after the run. If an interrupt is pending and
-            not answered, nothing runs and the result says what waits.
+            The thread's state after the run. If nothing pending is answered,
+            nothing runs and the result says what waits. An answer to a
+            review that is already decided the same way is listed in
+            ``already_decided`` and the thread goes on.
 
         Raises:
             ConfigError: unknown thread, or its pending work needs a tool this
                 agent lacks (nothing runs).
-            DecisionError: an answer has the wrong shape; nothing ran.
+            DecisionError: an answer names no review, has the wrong shape, or
+                contradicts a decision already recorded (that refusal is
+                written to the ledger); nothing ran.
             ThreadBusyError: another live runner holds the thread.
         """
         notes: list[str] = []
         with self._lease(thread_id, notes):
-            result = self._resume(thread_id, decisions, verdicts)
+            result = self._resume(thread_id, decisions, verdicts, answers)
             result = self._with_shared(self._next_turn(thread_id, result))
         return _noted(result, notes)
 
@@ -520,43 +548,132 @@ class Agent:
         thread_id: str,
         decisions: Mapping[str, Any] | None,
         verdicts: Mapping[str, Verdict] | None,
+        answers: Mapping[str, Any] | None,
     ) -> RunResult:
         # Runs under the thread's lease (``resume``). Live attempts (another
         # thread's runner mid-request on a shared key) and this agent's own
         # are left alone: dispatch waits for them or recovers them.
         refuse_deleted(self.ledger, thread_id)
         self.ledger.recover_in_flight(thread_id=thread_id, worker=self.worker)
-        _check_answers_shape(decisions, verdicts)
+        _check_answers_shape(decisions, verdicts, answers)
         stop = self._stops.pop(thread_id, None)
         if stop is not None and stop.head == self._head(thread_id):
             # Nothing moved since this agent's last run stopped at these
             # interrupts: answer them without reloading the whole state.
-            _refuse_unasked(thread_id, stop.interrupts, decisions, verdicts)
-            resume = self._resume_map(stop.interrupts, decisions, verdicts)
-            if resume is None:
-                self._stops[thread_id] = stop
-                return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
-            return self._run(thread_id, Command(resume=resume))
+            pending = self._open(thread_id, stop.interrupts)
+            if len(pending) == len(stop.interrupts):
+                res = answer_protocol.resolve(
+                    pending,
+                    ledger=self.ledger,
+                    decisions=decisions,
+                    verdicts=verdicts,
+                    answers=answers,
+                )
+                if not res.stale:
+                    if not res.resume:
+                        self._stops[thread_id] = stop
+                        return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
+                    return self._run(thread_id, Command(resume=res.resume))
         snapshot = self.graph.get_state(self._config(thread_id))
         self._used[thread_id] = _operation_ids(snapshot.values.get("messages", []))
         if snapshot.metadata is None:
             record = self.ledger.get_thread(thread_id)
             if record is None:
                 raise ConfigError(f"unknown thread {thread_id!r}")
-            _refuse_unasked(thread_id, [], decisions, verdicts)
+            if decisions is not None or verdicts or answers:
+                raise DecisionError(
+                    f"thread {thread_id!r} has not reached a review yet: the answer was not applied"
+                )
             task = str(record.input.get("task", ""))
             return self._run(thread_id, {"messages": [HumanMessage(task)]})
         self._check_nodes(thread_id, snapshot)
-        pending = self._interrupts(snapshot)
-        _refuse_unasked(thread_id, pending, decisions, verdicts)
+        pending = self._open(thread_id, self._interrupts(snapshot))
+        res = answer_protocol.resolve(
+            pending, ledger=self.ledger, decisions=decisions, verdicts=verdicts, answers=answers
+        )
+        settled = [self._judge_stale(thread_id, named, a, pending) for named, a in res.stale]
+        given = decisions is not None or bool(verdicts) or bool(answers)
+        result = self._go_on(thread_id, snapshot, res.resume, pending, given=given, settled=settled)
+        if settled:
+            result = replace(result, already_decided=[o.describe() for o in settled])
+        return result
+
+    def _go_on(
+        self,
+        thread_id: str,
+        snapshot: Any,
+        resume: Mapping[str, Any],
+        pending: Sequence[PendingInterrupt],
+        *,
+        given: bool,
+        settled: Sequence[answer_protocol.AnswerOutcome],
+    ) -> RunResult:
+        """Run on after the answers were resolved (or report where the thread waits)."""
+        if resume:
+            return self._run(thread_id, Command(resume=dict(resume)))
         if pending:
-            resume = self._resume_map(pending, decisions, verdicts)
-            if resume is None:
-                return self._status(thread_id)
-            return self._run(thread_id, Command(resume=resume))
-        if snapshot.tasks:
+            return self._status(thread_id)
+        if snapshot.tasks and (settled or not given):
             return self._run(thread_id, None)
+        if given and not settled:
+            raise DecisionError(
+                f"nothing is pending on thread {thread_id!r}: the answer was not applied "
+                "(was it answered elsewhere?)"
+            )
         return self._status(thread_id)
+
+    def _judge_stale(
+        self,
+        thread_id: str,
+        interrupt_id: str | None,
+        answer: Mapping[str, Any],
+        pending: Sequence[PendingInterrupt],
+    ) -> answer_protocol.AnswerOutcome:
+        """Judge an answer to a review that is no longer open (``answers.settle_stale``)."""
+        shown = self._shown_under(thread_id, interrupt_id) if interrupt_id else None
+        if interrupt_id and shown is None:
+            raise DecisionError(
+                f"this answer is for review {interrupt_id}, which is not pending (answered "
+                f"elsewhere, or not a review of this thread); nothing ran. "
+                f"{answer_protocol.describe_pending(pending)}"
+            )
+        return answer_protocol.settle_stale(
+            self.ledger, thread_id, answer, shown, interrupt_id=interrupt_id, pending=pending
+        )
+
+    def _shown_under(self, thread_id: str, interrupt_id: str) -> Mapping[str, Any] | None:
+        """The review request this thread showed under ``interrupt_id``, from its history.
+
+        Read only when an answer names an interrupt that is not pending (an
+        error or a repeated answer), so walking the checkpoints is affordable.
+        """
+        for n, snap in enumerate(self.graph.get_state_history(self._config(thread_id))):
+            if n >= _HISTORY_LOOKBACK:
+                break
+            found = [*snap.interrupts, *(i for t in snap.tasks for i in t.interrupts)]
+            for item in found:
+                value = item.value
+                if (
+                    item.id == interrupt_id
+                    and isinstance(value, Mapping)
+                    and value.get("type", "review") == "review"
+                ):
+                    return value
+        return None
+
+    def _open(self, thread_id: str, pending: Sequence[PendingInterrupt]) -> list[PendingInterrupt]:
+        """The pending interrupts that still wait for a person.
+
+        A review whose every call already has a decision recorded in the
+        ledger (a process killed right after recording it) is not open: the
+        review node reads the recorded decision back when it runs again.
+        """
+        return [
+            item
+            for item in pending
+            if item.kind != "review"
+            or not answer_protocol.is_decided(self.ledger, thread_id, item.value)
+        ]
 
     def replay(self, thread_id: str, checkpoint_id: str) -> RunResult:
         """Re-run a thread from one of its checkpoints (LangGraph time travel).
@@ -749,7 +866,7 @@ class Agent:
                 operations=ops,
                 error=_missing_message(thread_id, missing),
             )
-        pending = self._interrupts(snapshot)
+        pending = self._open(thread_id, self._interrupts(snapshot))
         if pending:
             return _waiting_result(thread_id, pending, ops)
         if snapshot.tasks:
@@ -760,11 +877,12 @@ class Agent:
                 operations=ops,
                 error="; ".join(errors) or None,
             )
+        messages = snapshot.values.get("messages", [])
         return RunResult(
             thread_id=thread_id,
             status=RunStatus.DONE,
             operations=ops,
-            final_message=_final_text(snapshot.values.get("messages", [])),
+            final_message=_refused_repeat(messages) or _final_text(messages),
         )
 
     def messages(self, thread_id: str) -> list[AnyMessage]:
@@ -845,7 +963,8 @@ class Agent:
         for item in snapshot.interrupts:
             value = item.value if isinstance(item.value, Mapping) else {}
             for action in value.get("action_requests", ()) if value.get("type") == "review" else ():
-                wanted.add(effect_node_name(str(action.get("name"))))
+                if action.get("effect_kind") != "read":  # a gated read runs in "tools"
+                    wanted.add(effect_node_name(str(action.get("name"))))
         saver = self.graph.checkpointer
         if isinstance(saver, BaseCheckpointSaver):
             stored = saver.get_tuple(self._config(thread_id))
@@ -861,67 +980,6 @@ class Agent:
     @staticmethod
     def _interrupts(snapshot: Any) -> list[PendingInterrupt]:
         return [PendingInterrupt(id=i.id, value=i.value) for i in snapshot.interrupts]
-
-    def _resume_map(
-        self,
-        pending: Sequence[PendingInterrupt],
-        decisions: Mapping[str, Any] | None,
-        verdicts: Mapping[str, Verdict] | None,
-    ) -> dict[str, Any] | None:
-        asked = {str(i.value.get("operation_id")) for i in pending if i.kind != "review"}
-        stray = sorted(set(verdicts or {}) - asked)
-        if stray:
-            raise DecisionError(f"no pending reconciliation for operation(s) {', '.join(stray)}")
-        resume: dict[str, Any] = {}
-        for item in pending:
-            answer = (
-                self._review_answer(item, decisions)
-                if item.kind == "review"
-                else self._verdict_answer(item, verdicts)
-            )
-            if answer is None:
-                if decisions is not None or verdicts:
-                    # a partial resume would re-run the unanswered nodes
-                    raise DecisionError(_unanswered(item))
-                return None
-            resume[item.id] = answer
-        return resume
-
-    @staticmethod
-    def _review_answer(
-        item: PendingInterrupt, decisions: Mapping[str, Any] | None
-    ) -> Mapping[str, Any] | None:
-        if decisions is None:
-            return None
-        meant = decisions.get("interrupt_id")
-        if meant is not None and meant != item.id:
-            raise DecisionError(
-                f"this answer is for review {meant}, which is not pending (answered "
-                f"elsewhere, or not a review of this thread); the thread waits at review "
-                f"{item.id}. Nothing ran: look at the pending review and answer it"
-            )
-        check_review_answer(item.value, decisions)
-        # Bind the answer to what was shown: the node refuses it if the calls
-        # it rebuilds on resume hash differently (e.g. a new tool version).
-        actions = item.value.get("action_requests", [])
-        shown = [a["intent_hash"] for a in actions]
-        shown_ids = [a["operation_id"] for a in actions]
-        answer = {k: v for k, v in decisions.items() if k != "interrupt_id"}
-        return {**answer, "shown": shown, "shown_operations": shown_ids}
-
-    def _verdict_answer(
-        self, item: PendingInterrupt, verdicts: Mapping[str, Verdict] | None
-    ) -> Mapping[str, Any] | None:
-        op_id = str(item.value["operation_id"])
-        op = self.ledger.get(op_id)
-        if op is not None and op.state is not OpState.NEEDS_RECONCILIATION:
-            # Settled outside the graph (``effectgate reconcile``): let the node re-read it.
-            return {"verdict": "ledger", "attempt": op.attempt}
-        given = (verdicts or {}).get(op_id)
-        if given is None:
-            return None
-        verdict = validate_verdict({"attempt": item.value.get("attempt"), **given})
-        return dict(verdict)
 
     @contextmanager
     def _lease(self, thread_id: str, notes: list[str]) -> Iterator[Lease]:
@@ -1173,75 +1231,13 @@ class _Seen:
         )
 
 
-def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
-    """Check a review answer's shape against the request before resuming.
-
-    Raises:
-        DecisionError: not ``{"decisions": [...]}``, wrong count, or a decision
-            type the request does not allow for that call. Nothing is resumed.
-    """
-    decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
-    if not isinstance(decisions, list):
-        raise DecisionError('a review answer must look like {"decisions": [...]}')
-    actions = request.get("action_requests", [])
-    configs = request.get("review_configs", [])
-    if len(decisions) != len(actions):
-        raise DecisionError(
-            f"{len(decisions)} decision(s) for {len(actions)} pending call(s): "
-            "answer every call, in order"
-        )
-    for action, config, decision in zip(actions, configs, decisions, strict=True):
-        kind = decision.get("type") if isinstance(decision, Mapping) else None
-        if kind not in config.get("allowed_decisions", []):
-            raise DecisionError(
-                f"decision {kind!r} not allowed for {action['name']} ({action['tool_call_id']}); "
-                f"allowed: {', '.join(config.get('allowed_decisions', []))}"
-            )
-        if kind == "edit":
-            edited = decision.get("edited_action")
-            if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
-                raise DecisionError(
-                    f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
-                )
-
-
-def _check_answers_shape(decisions: Any, verdicts: Any) -> None:
+def _check_answers_shape(decisions: Any, verdicts: Any, answers: Any) -> None:
     if decisions is not None and not isinstance(decisions, Mapping):
         raise DecisionError('a review answer must look like {"decisions": [...]}')
     if verdicts is not None and not isinstance(verdicts, Mapping):
         raise DecisionError("verdicts must map operation ids to verdicts")
-
-
-def _refuse_unasked(
-    thread_id: str,
-    pending: Sequence[PendingInterrupt],
-    decisions: Mapping[str, Any] | None,
-    verdicts: Mapping[str, Verdict] | None,
-) -> None:
-    """An answer with nothing of its kind pending was meant for something else: refuse it.
-
-    Typically another process answered the same review first and the thread
-    moved on; applying the answer to whatever waits now, or dropping it
-    silently, would both mislead the person who gave it.
-    """
-    if decisions is not None and not any(p.kind == "review" for p in pending):
-        raise DecisionError(
-            f"no review is pending on thread {thread_id!r}: the answer was not applied "
-            "(was the review answered elsewhere?)"
-        )
-    if verdicts and not any(p.kind != "review" for p in pending):
-        raise DecisionError(
-            f"no reconciliation is pending on thread {thread_id!r}: the verdicts were not applied"
-        )
-
-
-def _unanswered(item: PendingInterrupt) -> str:
-    if item.kind == "review":
-        return "a review is pending too: answer it in the same resume (decisions=...)"
-    return (
-        f"no verdict for operation {item.value.get('operation_id')}: answer every pending "
-        "reconciliation in the same resume"
-    )
+    if answers is not None and not isinstance(answers, Mapping):
+        raise DecisionError("answers must map interrupt ids to answers")
 
 
 def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
@@ -1251,6 +1247,17 @@ def _missing_message(thread_id: str, missing: Sequence[str]) -> str:
         "(from the CLI: --agent MODULE:FACTORY loads an agent with your own tools; "
         "resume --with-services brings the demo ticket and mail tools)"
     )
+
+
+def _refused_repeat(messages: Sequence[AnyMessage]) -> str | None:
+    """The stop notice when the run ended on a call rejected too often, else ``None``."""
+    last = messages[-1] if messages else None
+    if isinstance(last, ToolMessage) and '"refused_repeat"' in str(last.content):
+        try:
+            return str(json.loads(str(last.content))["error"])
+        except (ValueError, KeyError):
+            return None
+    return None
 
 
 def _final_text(messages: Sequence[AnyMessage]) -> str | None:

@@ -155,6 +155,45 @@ def with_unique_call_ids(message: AIMessage, earlier: Sequence[AnyMessage]) -> A
     )
 
 
+def with_fixed_args(message: AIMessage, specs: Mapping[str, Any]) -> AIMessage:
+    """Write into the message the arguments a tool's schema fills in differently each time.
+
+    A schema may fill an omitted field from a ``default_factory`` (a
+    timestamp, a uuid): normalizing the model's arguments again would give
+    another value and another intent hash, so a reviewer's approval could
+    never match what the review node rebuilds on resume. Such a call's
+    arguments are normalized once, here, when the call is proposed, and
+    stored in the message; every later normalization is then the identity.
+    Calls whose normalization is deterministic are left exactly as the
+    model wrote them.
+
+    Args:
+        message: the model's reply.
+        specs: the tools by name (``ToolSpec``).
+
+    Returns:
+        ``message`` itself if no call needed it, else a copy with fixed arguments.
+    """
+    fixed: list[Any] = []
+    changed = False
+    for given in message.tool_calls:
+        call: Any = given
+        spec = specs.get(call["name"])
+        if spec is not None:
+            try:
+                first = spec.args_dict(spec.normalize(call["args"], tool_call_id=call.get("id")))
+                second = spec.args_dict(spec.normalize(call["args"], tool_call_id=call.get("id")))
+            except Exception:  # noqa: BLE001 - a malformed call is answered by the tools node
+                first = second = None
+            if first is not None and first != second:
+                call = {**call, "args": first}
+                changed = True
+        fixed.append(call)
+    if not changed:
+        return message
+    return _with_calls(message, fixed, list(message.invalid_tool_calls))
+
+
 def _with_calls(message: AIMessage, calls: list[Any], invalid: list[Any]) -> AIMessage:
     return message.model_copy(
         update={
@@ -200,36 +239,110 @@ def _fresh_ids(ids: Sequence[str | None], used: set[str]) -> list[str | None]:
     return out
 
 
+def answer_id(tool_call_id: str) -> str:
+    """The message id of the one ToolMessage that answers ``tool_call_id``.
+
+    Every answer to a call carries this id, and the messages channel replaces
+    a message by id: a call answered a second time (an effect node sent again
+    by hand with ``Command(goto=Send(...))``) keeps exactly one answer, in
+    place, and the next model request stays valid.
+    """
+    return f"answer-{tool_call_id}"
+
+
+def unanswered_calls(messages: Sequence[AnyMessage]) -> list[tuple[str, str]]:
+    """``(tool_call_id, tool)`` of every call in ``messages`` no ToolMessage answers."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return [
+        (str(call.get("id")), str(call.get("name")))
+        for m in messages
+        if isinstance(m, AIMessage)
+        for call in [*m.tool_calls, *m.invalid_tool_calls]
+        if call.get("id") not in answered
+    ]
+
+
 def _content(payload: Mapping[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def error_message(call: PendingCall, text: str) -> ToolMessage:
-    """Answer a malformed call (unknown tool, bad args) with an error the model can act on."""
+def error_message(call: PendingCall, text: str, *, status: str = "error") -> ToolMessage:
+    """Answer a call that is not run (malformed, a duplicate, a refused repeat) with an error.
+
+    Args:
+        call: the call answered.
+        text: what the model is told.
+        status: the payload's ``status`` (``"error"``, or ``"refused_repeat"``).
+    """
     return ToolMessage(
-        content=_content({"status": "error", "error": text, "executed": False}),
+        content=_content({"status": status, "error": text, "executed": False}),
         tool_call_id=call.id,
         name=call.name or "unknown",
         status="error",
+        id=answer_id(call.id),
     )
 
 
 def rejection_message(
-    *, tool_call_id: str, tool: str, message: str | None, operation_id: str | None = None
+    *,
+    tool_call_id: str,
+    tool: str,
+    message: str | None,
+    operation_id: str | None = None,
+    note: str | None = None,
 ) -> ToolMessage:
-    """Answer a call a reviewer rejected: not executed, do not retry (HITL wording)."""
+    """Answer a call a reviewer rejected: not executed, do not retry (HITL wording).
+
+    Args:
+        tool_call_id: the call answered.
+        tool: its tool.
+        message: the reviewer's reason, told to the model as one sentence.
+        operation_id: the operation the call mapped to, when recorded.
+        note: a further fact the model must know (the operation is another
+            call's, or an earlier attempt may have taken effect).
+    """
     text = (
-        f"User rejected the tool call for `{tool}` with reason: {message}"
-        if message
+        f"User rejected the tool call for `{tool}` with reason: {_sentence(message)}"
+        if message and message.strip()
         else f"User rejected the tool call for `{tool}` with id {tool_call_id}."
     )
-    text += " The tool was not executed. Do not retry this tool call unless the user asks."
+    text += " The tool was not executed" + (f"; {note}." if note else ".")
+    text += " Do not retry this tool call unless the user asks."
     payload = {"status": "rejected", "message": text, "executed": False}
     if operation_id:
         payload["operation_id"] = operation_id
     return ToolMessage(
-        content=_content(payload), tool_call_id=tool_call_id, name=tool, status="error"
+        content=_content(payload),
+        tool_call_id=tool_call_id,
+        name=tool,
+        status="error",
+        id=answer_id(tool_call_id),
     )
+
+
+def respond_message(
+    *, tool_call_id: str, tool: str, message: str, operation_id: str | None = None
+) -> ToolMessage:
+    """Answer a call with a person's own words in the tool's place (HITL ``respond``).
+
+    Nothing was executed; the payload says so, and carries the person's text.
+    """
+    payload: dict[str, Any] = {"status": "responded", "message": message, "executed": False}
+    if operation_id:
+        payload["operation_id"] = operation_id
+    return ToolMessage(
+        content=_content(payload),
+        tool_call_id=tool_call_id,
+        name=tool,
+        status="success",
+        id=answer_id(tool_call_id),
+    )
+
+
+def _sentence(text: str) -> str:
+    """``text`` stripped, ending in a full stop unless it already ends a sentence."""
+    text = text.strip()
+    return text if text[-1] in ".!?…" else text + "."
 
 
 def effect_message(
@@ -277,5 +390,9 @@ def effect_message(
             )
         )
     return ToolMessage(
-        content=_content(payload), tool_call_id=tool_call_id, name=tool, status=status
+        content=_content(payload),
+        tool_call_id=tool_call_id,
+        name=tool,
+        status=status,
+        id=answer_id(tool_call_id),
     )

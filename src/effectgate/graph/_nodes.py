@@ -22,14 +22,19 @@ from langgraph.types import interrupt
 from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
+from effectgate.answers import check_review_answer
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
-from effectgate.errors import DecisionError, ToolCallError, ToolError
+from effectgate.errors import ConfigError, DecisionError, ToolCallError, ToolError
 from effectgate.graph._messages import (
     PendingCall,
+    answer_id,
     effect_message,
     error_message,
     pending_calls,
+    rejection_message,
+    unanswered_calls,
     with_call_ids,
+    with_fixed_args,
     with_unique_call_ids,
 )
 from effectgate.graph._policy import Policy
@@ -71,13 +76,25 @@ def make_agent_node(
 
     def agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         history = list(state["messages"])
+        open_calls = unanswered_calls(history)
+        if open_calls:
+            # A host merged a message after a call, or wrote the state without
+            # ``as_node``: the model would get a request every provider refuses,
+            # and nothing here can tell whether the call ran.
+            named = ", ".join(f"{tool} ({call_id})" for call_id, tool in open_calls)
+            raise ConfigError(
+                f"the history has tool calls no tool message answers: {named}; the model is "
+                "not called. Answer each call (update_state with as_node set to the node that "
+                "answers it) or fork the thread from a checkpoint before the change"
+            )
         prompt = [SystemMessage(system_prompt), *history] if system_prompt else history
         reply = bound.invoke(prompt)
         if not isinstance(reply, AIMessage):
             reply = AIMessage(content=str(getattr(reply, "content", reply)))
         thread_id = config["configurable"]["thread_id"]
         reply = with_call_ids(reply, salt=f"{thread_id}:{len(history)}")
-        return {"messages": [with_unique_call_ids(reply, history)]}
+        reply = with_fixed_args(with_unique_call_ids(reply, history), specs)
+        return {"messages": [reply]}
 
     return agent
 
@@ -99,22 +116,86 @@ def malformed_reason(call: PendingCall, specs: Mapping[str, ToolSpec]) -> str | 
 
 
 def make_tools_node(specs: Mapping[str, ToolSpec]) -> Any:
-    """Build the ``tools`` node: run read-only calls, answer malformed ones with errors."""
+    """Build the ``tools`` node: run read-only calls, answer malformed ones with errors.
+
+    A read tool declared ``requires_approval=True`` is reviewed first: one
+    ``interrupt()`` for every gated read of the message, before any read
+    runs; an approved read runs, a rejected one is answered "not executed".
+    Reads leave no trace in the ledger, so nothing else is recorded.
+    """
 
     def tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         thread_id = str(config["configurable"]["thread_id"])
         out: list[ToolMessage] = []
-        for call in pending_calls(state["messages"]):
+        calls = pending_calls(state["messages"])
+        valid = [c for c in calls if malformed_reason(c, specs) is None]
+        gated = [c for c in valid if specs[c.name].is_read and specs[c.name].needs_review]
+        verdicts = _review_reads(gated, specs, thread_id) if gated else {}
+        for call in calls:
             reason = malformed_reason(call, specs)
             if reason is not None:
                 out.append(error_message(call, reason + "; not executed"))
                 continue
             spec = specs[call.name]
-            if spec.is_read:
-                out.append(_run_read(spec, call, thread_id))
+            if not spec.is_read:
+                continue
+            decision = verdicts.get(call.id)
+            if decision is not None and decision.get("type") == "reject":
+                message = decision.get("message")
+                out.append(
+                    rejection_message(
+                        tool_call_id=call.id,
+                        tool=spec.name,
+                        message=message if isinstance(message, str) else None,
+                    )
+                )
+                continue
+            out.append(_run_read(spec, call, thread_id))
         return {"messages": out}
 
     return tools
+
+
+def _review_reads(
+    gated: list[PendingCall], specs: Mapping[str, ToolSpec], thread_id: str
+) -> dict[str, Mapping[str, Any]]:
+    """Ask a person about the gated reads of one message; their decisions by call id."""
+    actions = []
+    for call in gated:
+        spec = specs[call.name]
+        args = spec.normalize(call.args, tool_call_id=call.id)
+        actions.append(
+            ActionRequest(
+                name=spec.name,
+                args=spec.args_dict(args),
+                description=f"Reading with {spec.name} requires approval",
+                tool_call_id=call.id,
+                operation_id=f"{thread_id}:{call.id}",
+                intent_hash=spec.intent_hash(args),
+                effect_kind=spec.kind.value,
+                preview=spec.render_preview(args),
+                approval_ttl_s=None,
+                possible_duplicate_of=None,
+                conflict=None,
+            )
+        )
+    request = ReviewRequest(
+        type="review",
+        thread_id=thread_id,
+        action_requests=actions,
+        review_configs=[
+            ReviewConfig(action_name=a["name"], allowed_decisions=["approve", "reject"])
+            for a in actions
+        ],
+    )
+    answer = interrupt(request)
+    while True:
+        try:
+            check_review_answer(request, answer)
+            break
+        except DecisionError as exc:
+            answer = interrupt(ReviewRequest(**request, error=str(exc)))
+    return {call.id: decision for call, decision in zip(gated, answer["decisions"], strict=True)}
 
 
 def _run_read(spec: ToolSpec, call: PendingCall, thread_id: str) -> ToolMessage:
@@ -131,6 +212,7 @@ def _run_read(spec: ToolSpec, call: PendingCall, thread_id: str) -> ToolMessage:
         content=json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str),
         tool_call_id=call.id,
         name=spec.name,
+        id=answer_id(call.id),
     )
 
 

@@ -14,8 +14,9 @@ __all__ = ["Policy"]
 class Policy:
     """Rules the review node and effect nodes follow.
 
-    Unsafe tools, possible duplicates of an earlier succeeded operation, and
-    calls whose operation id is bound to other arguments are never approved
+    Unsafe tools, possible duplicates of an earlier succeeded operation,
+    calls whose operation id is bound to other arguments, repeats of a
+    rejected call and calls a reviewer's edit replaced are never approved
     without a human, whatever this policy says.
     """
 
@@ -28,6 +29,10 @@ class Policy:
     reviewer: str = "reviewer"
     """Name recorded on approvals when the answer does not name one."""
     description_prefix: str = "Tool execution requires approval"
+    max_repeats_after_reject: int = 2
+    """How many times a call identical to one a reviewer rejected in the thread is
+    shown again (flagged ``repeat_of_rejected``); after that the model is told
+    not to propose it again and the run stops."""
 
     @property
     def approval_ttl_s(self) -> float | None:

@@ -14,21 +14,31 @@ calls fan out as one ``Send`` each.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
+from langgraph.graph import END
 from langgraph.types import Command, Send, interrupt
 
 from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate._intent import default_operation_id
+from effectgate.answers import decision_allowed, recorded_decision, started
 from effectgate.errors import ConfigError, DecisionError, ToolCallError
-from effectgate.graph._messages import PendingCall, error_message, pending_calls, rejection_message
+from effectgate.graph._messages import (
+    PendingCall,
+    error_message,
+    pending_calls,
+    rejection_message,
+    respond_message,
+)
 from effectgate.graph._policy import Policy
 from effectgate.graph._state import (
     ActionRequest,
@@ -68,6 +78,8 @@ class Prepared:
     """Another call of the same message maps to the same operation."""
     settled: bool = False
     """The operation already ended with these arguments; dispatch only reads it back."""
+    refused_repeat: Mapping[str, Any] | None = None
+    """Rejected in this thread as often as the policy allows: not asked again."""
 
 
 def _opened_by(op: Operation, thread_id: str, tool_call_id: str) -> bool:
@@ -97,6 +109,8 @@ def choose_operation_id(
     ``{thread_id}:{tool_call_id}``. It is used when no operation has it yet or
     the existing one belongs to this call; otherwise ``{base}#2``,
     ``{base}#3``, ... are tried in order until one is free or belongs. An
+    existing operation under a candidate id never belongs when its own
+    arguments give another base id (a key that itself ends in ``#2``). An
     existing operation belongs to this call when
 
     - for a thread-scoped id: it was opened by this very thread and call
@@ -137,33 +151,130 @@ def choose_operation_id(
     base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=tool_call_id)
     keyed = base != default_operation_id(thread_id, tool_call_id)
     candidate, n = base, 1
-    while (op := ledger.get(candidate)) is not None and not _belongs(
-        op, keyed=keyed, thread_id=thread_id, tool_call_id=tool_call_id
+    while (op := ledger.get(candidate)) is not None and not (
+        _same_base(spec, op, base, suffixed=n > 1)
+        and _belongs(op, keyed=keyed, thread_id=thread_id, tool_call_id=tool_call_id)
     ):
         n += 1
         candidate = f"{base}#{n}"
     return candidate, op
 
 
+def _same_base(spec: ToolSpec, op: Operation, base: str, *, suffixed: bool) -> bool:
+    """Whether ``op`` was opened under ``base`` (or one of its ``#n`` variants).
+
+    A business key may itself end in ``#2`` (an alert literally named
+    ``K#2``): its operation must never pass for the second operation of key
+    ``K``, nor the reverse. The stored arguments say which key an operation
+    was opened for, so ids stay as they were and old ledgers read the same.
+    """
+    if op.tool != spec.name:
+        return False
+    try:
+        args = spec.normalize(dict(op.args), tool_call_id=op.tool_call_id)
+        own = spec.operation_id_for(args, thread_id=op.thread_id, tool_call_id=op.tool_call_id)
+    except ToolCallError:
+        return not suffixed  # the tool changed: judge the base id as before
+    return own == base
+
+
 _MAY_TAKE_EFFECT = (UNFINISHED - {OpState.PROPOSED}) | {OpState.SUCCEEDED}
 """States of an operation that took effect, or was approved and may still take it."""
 
 
-def _possible_duplicate(ledger: Ledger, op_id: str, ihash: str) -> str | None:
-    # Any thread of this ledger: the same intent that took effect elsewhere
-    # (a second run of the same task, a re-plan with new call ids), or that
-    # was approved there and may still take it (two runs of one task at
-    # once), is worth a human's look, and is never approved by policy alone.
-    # Two reviews that neither sees the other's yet still both pass: this is
-    # a reviewer's aid, not a lock (README, "what it does not do").
-    for op in ledger.list(intent_hash=ihash, states=_MAY_TAKE_EFFECT):
-        if op.operation_id != op_id:
-            return op.operation_id
-    return None
+def _same_intent(
+    ledger: Ledger, op_id: str, ihash: str, thread_id: str
+) -> tuple[str | None, list[Operation]]:
+    """A possible duplicate elsewhere, and this thread's rejected operations, of one intent.
+
+    Any thread of this ledger: the same intent that took effect elsewhere (a
+    second run of the same task, a re-plan with new call ids), or that was
+    approved there and may still take it (two runs of one task at once), is
+    worth a human's look, and is never approved by policy alone. Two reviews
+    that neither sees the other's yet still both pass: this is a reviewer's
+    aid, not a lock (README, "what it does not do"). The same intent a
+    reviewer of this thread rejected is a repeat the model was told not to
+    make.
+    """
+    dup = None
+    rejected = []
+    for op in ledger.list(intent_hash=ihash):
+        if op.operation_id == op_id:
+            continue
+        if dup is None and op.state in _MAY_TAKE_EFFECT:
+            dup = op.operation_id
+        if op.state is OpState.REJECTED and op.thread_id == thread_id:
+            rejected.append(op)
+    return dup, rejected
+
+
+def _repeat_flag(ledger: Ledger, rejected: Sequence[Operation]) -> dict[str, Any] | None:
+    if not rejected:
+        return None
+    last = rejected[-1]
+    approval = ledger.latest_approval(last.operation_id)
+    return {
+        "operation_id": last.operation_id,
+        "reason": (approval.message if approval is not None else None) or "no reason given",
+        "times_rejected": len(rejected),
+    }
+
+
+def replaced_intents(
+    messages: Sequence[AnyMessage], specs: Mapping[str, ToolSpec]
+) -> dict[str, str]:
+    """Intent hash -> operation id, for each call of the thread a reviewer's edit replaced.
+
+    The model's original arguments stay in its message; the answer of an
+    edited call says what ran instead. A later call with the original
+    arguments is flagged: the reviewer already said what should happen.
+    """
+    edited: dict[str, str] = {}
+    for m in messages:
+        if isinstance(m, ToolMessage) and "replaced this tool call" in str(m.content):
+            try:
+                payload = json.loads(str(m.content))
+            except ValueError:
+                continue
+            edited[m.tool_call_id] = str(payload.get("operation_id", ""))
+    if not edited:
+        return {}
+    out: dict[str, str] = {}
+    for m in messages:
+        if not isinstance(m, AIMessage):
+            continue
+        for call in m.tool_calls:
+            spec = specs.get(call["name"])
+            if call.get("id") not in edited or spec is None:
+                continue
+            try:
+                args = spec.normalize(call["args"], tool_call_id=call["id"])
+            except ToolCallError:
+                continue
+            out[spec.intent_hash(args)] = edited[str(call["id"])]
+    return out
+
+
+def _approved_by(ledger: Ledger, op: Operation, thread_id: str, call_id: str, ihash: str) -> bool:
+    """Whether this very call's approval of these arguments is recorded and still stands."""
+    if op.state is not OpState.APPROVED or not _opened_by(op, thread_id, call_id):
+        return False
+    found = recorded_decision(
+        ledger,
+        thread_id,
+        {"operation_id": op.operation_id, "tool_call_id": call_id, "intent_hash": ihash},
+    )
+    return found is not None and found[0] == "approve"
 
 
 def _prepare_one(
-    call: PendingCall, spec: ToolSpec, *, ledger: Ledger, policy: Policy, thread_id: str
+    call: PendingCall,
+    spec: ToolSpec,
+    *,
+    ledger: Ledger,
+    policy: Policy,
+    thread_id: str,
+    replaced: Mapping[str, str],
 ) -> Prepared:
     args = spec.normalize(call.args, tool_call_id=call.id)
     op_id, existing = choose_operation_id(
@@ -178,7 +289,9 @@ def _prepare_one(
             "stored_args": dict(existing.args),
             "stored_state": existing.state.value,
         }
-    dup = _possible_duplicate(ledger, op_id, ihash)
+    dup, rejected = _same_intent(ledger, op_id, ihash, thread_id)
+    repeat = _repeat_flag(ledger, rejected)
+    replaced_by = replaced.get(ihash)
     ttl = policy.approval_ttl_s
     request = ActionRequest(
         name=spec.name,
@@ -193,16 +306,42 @@ def _prepare_one(
         possible_duplicate_of=dup,
         conflict=conflict,
     )
+    if repeat is not None:
+        request["repeat_of_rejected"] = repeat
+    if replaced_by is not None:
+        request["replaced_by_edit"] = replaced_by
     allowed: list[Any] = ["edit", "reject"] if conflict else ["approve", "edit", "reject"]
     # A call whose operation already ended with these very arguments cannot
     # act again (dispatch returns the stored outcome), so nobody is asked.
-    settled = existing is not None and conflict is None and existing.is_terminal
+    # One that started (in flight, unknown, parked for reconciliation) can no
+    # longer be stopped by a "no": dispatch shows its state and asks for a
+    # verdict instead, so no reject ever claims it did not run. One whose
+    # decision this very call already recorded (a process killed right after
+    # recording it) is not asked again: the answer was consumed.
+    settled = (
+        existing is not None
+        and conflict is None
+        and (
+            existing.is_terminal
+            or started(existing.state)
+            or _approved_by(ledger, existing, thread_id, call.id, ihash)
+        )
+    )
     # Policy may approve without asking, but never an unsafe tool, a possible
     # duplicate, or a call whose operation id is bound to other arguments.
     policy_approves = not spec.needs_review or spec.name in policy.auto_approve
-    auto = settled or (
-        policy_approves and spec.kind is not EffectKind.UNSAFE and dup is None and not conflict
-    )
+    flagged = dup is not None or bool(conflict) or repeat is not None or replaced_by is not None
+    auto = settled or (policy_approves and spec.kind is not EffectKind.UNSAFE and not flagged)
+    if not settled and len(rejected) >= policy.max_repeats_after_reject:
+        return Prepared(
+            call=call,
+            spec=spec,
+            args=args,
+            request=request,
+            config=ReviewConfig(action_name=spec.name, allowed_decisions=allowed),
+            auto=False,
+            refused_repeat=repeat,
+        )
     return Prepared(
         call=call,
         spec=spec,
@@ -221,6 +360,7 @@ def prepare_calls(
     ledger: Ledger,
     policy: Policy,
     thread_id: str,
+    messages: Sequence[AnyMessage] = (),
 ) -> list[Prepared]:
     """Normalize the pending effect calls and build their review requests (reads only).
 
@@ -231,15 +371,22 @@ def prepare_calls(
         ledger: read for existing operations and possible duplicates.
         policy: approval TTL and auto-approval rules.
         thread_id: the thread.
+        messages: the thread's history, read for calls a reviewer's edit replaced.
 
     Returns:
         One ``Prepared`` per call, in order.
     """
     out: list[Prepared] = []
     seen: dict[str, str] = {}
+    replaced = replaced_intents(messages, specs) if messages else {}
     for call in calls:
         prepared = _prepare_one(
-            call, specs[call.name], ledger=ledger, policy=policy, thread_id=thread_id
+            call,
+            specs[call.name],
+            ledger=ledger,
+            policy=policy,
+            thread_id=thread_id,
+            replaced=replaced,
         )
         op_id = prepared.request["operation_id"]
         if op_id in seen:
@@ -267,13 +414,17 @@ class _Decided:
     operation_id: str
     intent_hash: str
     message: str | None
+    by_policy: bool = False
+    """Approved by policy, nobody asked."""
+    respond: bool = False
+    """A ``respond`` decision: recorded as a reject; ``message`` answers the model."""
 
 
 def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -> _Decided:
     if not isinstance(decision, Mapping):
         raise DecisionError(f"decision for {p.call.id} must be an object, got {decision!r}")
     kind = decision.get("type")
-    if kind not in p.config["allowed_decisions"]:
+    if not decision_allowed(kind, p.config["allowed_decisions"]):
         raise DecisionError(
             f"decision {kind!r} is not allowed for {p.spec.name} ({p.call.id}); allowed: "
             f"{', '.join(p.config['allowed_decisions'])}"
@@ -282,14 +433,35 @@ def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -
     named = decision.get("tool_call_id")
     if named is not None and named != p.call.id:
         raise DecisionError(f"decision names call {named!r} where {p.call.id!r} was expected")
+    for key in ("operation_id", "intent_hash"):
+        named = decision.get(key)
+        if named is not None and named != p.request[key]:
+            raise DecisionError(
+                f"decision names {key} {named!r} where the review shows {p.request[key]!r} "
+                f"({p.spec.name}, {p.call.id}); review it again"
+            )
     if kind == "edit":
         return _decide_edit(p, decision, thread_id=thread_id, ledger=ledger)
     message = decision.get("message")
     if message is not None and not isinstance(message, str):
         raise DecisionError(f"message for {p.call.id} must be a string")
+    if kind == "respond":
+        # HITL's "respond": the person answers the model in the tool's place;
+        # nothing runs, and the ledger records it as a reject with that text.
+        if not message or not message.strip():
+            raise DecisionError(f"respond to {p.call.id} needs a message: the answer for the model")
+        return _Decided(
+            prepared=p,
+            kind="reject",
+            args=p.args,
+            operation_id=p.request["operation_id"],
+            intent_hash=p.request["intent_hash"],
+            message=message,
+            respond=True,
+        )
     return _Decided(
         prepared=p,
-        kind=kind,
+        kind="approve" if kind == "approve" else "reject",  # edit and respond returned above
         args=p.args,
         operation_id=p.request["operation_id"],
         intent_hash=p.request["intent_hash"],
@@ -384,6 +556,29 @@ def parse_decisions(
     ], reviewer
 
 
+def _answer_waiting(config: RunnableConfig) -> bool:
+    """Whether a resume value waits for this run of the node (it was shown and answered).
+
+    Reads LangGraph's per-task scratchpad, the same place ``interrupt()``
+    reads its answer from; nothing is consumed.
+    """
+    pad = config.get("configurable", {}).get(CONFIG_KEY_SCRATCHPAD)
+    if pad is None:
+        return False
+    return bool(pad.resume) or pad.get_null_resume(False) is not None
+
+
+def _as_shown(askable: Sequence[Prepared], answer: Any, asked: list[Prepared]) -> list[Prepared]:
+    """The calls as they were shown, when the answer says which (``shown_operations``)."""
+    shown = answer.get("shown_operations") if isinstance(answer, Mapping) else None
+    if not isinstance(shown, list):
+        return asked
+    by_op = {p.request["operation_id"]: p for p in askable}
+    if not all(op in by_op for op in shown):
+        return asked  # parse_decisions names the difference and asks again
+    return [by_op[op] for op in shown]
+
+
 def make_review_node(
     *, specs: Mapping[str, ToolSpec], ledger: Ledger, policy: Policy, clock: Clock
 ) -> Any:
@@ -407,8 +602,27 @@ def make_review_node(
                 "which this agent does not have as side-effect tools; rebuild it with the "
                 "same tools the thread started with"
             )
-        prepared = prepare_calls(calls, specs, ledger=ledger, policy=policy, thread_id=thread_id)
-        asked = [p for p in prepared if not p.auto and p.duplicate_in_message is None]
+        prepared = prepare_calls(
+            calls,
+            specs,
+            ledger=ledger,
+            policy=policy,
+            thread_id=thread_id,
+            messages=state["messages"],
+        )
+        askable = [
+            p
+            for p in prepared
+            if not p.settled and p.duplicate_in_message is None and p.refused_repeat is None
+        ]
+        asked = [p for p in askable if not p.auto]
+        if not asked and _answer_waiting(config):
+            # This review was shown and answered, but the calls no longer look
+            # as if they need a person (a possible duplicate settled meanwhile,
+            # the policy changed): whether a call needs review was decided when
+            # it was shown, and the answer given to it is consumed, never
+            # replaced by an automatic approval.
+            asked = askable
         decided: list[_Decided] = []
         reviewer = None
         if asked:
@@ -419,6 +633,7 @@ def make_review_node(
                 review_configs=[p.config for p in asked],
             )
             answer = interrupt(request)
+            asked = _as_shown(askable, answer, asked)
             while True:  # each refusal asks again; answers are replayed in order
                 try:
                     decided, reviewer = parse_decisions(
@@ -429,7 +644,7 @@ def make_review_node(
                     answer = interrupt(ReviewRequest(**request, error=str(exc)))
         by_id = {d.prepared.call.id: d for d in decided}
         for p in prepared:
-            if p.auto:
+            if p.auto and p.call.id not in by_id:  # a person's answer always wins
                 by_id[p.call.id] = _Decided(
                     prepared=p,
                     kind="approve",
@@ -437,6 +652,7 @@ def make_review_node(
                     operation_id=p.request["operation_id"],
                     intent_hash=p.request["intent_hash"],
                     message=None,
+                    by_policy=True,
                 )
         return _record_and_route(
             prepared,
@@ -478,7 +694,7 @@ def _ledger_rows(
         tool_call_id=p.call.id,
         decision=d.kind,
         intent_hash=d.intent_hash,
-        reviewer="policy:auto" if p.auto else reviewer,
+        reviewer="policy:auto" if d.by_policy else reviewer,
         edited_args=p.spec.args_dict(d.args) if d.kind == "edit" else None,
         message=d.message,
         decided_at=now,
@@ -503,6 +719,15 @@ def _send(p: Prepared, d: _Decided, *, thread_id: str, batch_size: int) -> Send:
 
 def _unrunnable_answer(p: Prepared, d: _Decided | None) -> ToolMessage | None:
     """Answer calls that never reach the ledger: in-message duplicates, rejected conflicts."""
+    if p.refused_repeat is not None:
+        return error_message(
+            p.call,
+            f"rejected again; not executed; do not propose it again: a reviewer rejected this "
+            f"same call {p.refused_repeat['times_rejected']} time(s) in this thread (last: "
+            f"operation {p.refused_repeat['operation_id']}, reason: "
+            f"{p.refused_repeat['reason']}). The run stops here",
+            status="refused_repeat",
+        )
     if p.duplicate_in_message is not None or d is None:
         return error_message(
             p.call,
@@ -511,14 +736,73 @@ def _unrunnable_answer(p: Prepared, d: _Decided | None) -> ToolMessage | None:
         )
     if d.kind == "reject" and p.request["conflict"]:
         # The operation id belongs to other arguments: record nothing on it.
-        return rejection_message(tool_call_id=p.call.id, tool=p.spec.name, message=d.message)
+        return _no(p, d, operation_id=None)
     return None
+
+
+def _no(
+    p: Prepared, d: _Decided, *, operation_id: str | None, note: str | None = None
+) -> ToolMessage:
+    """Answer a call a person said no to: a rejection, or their own answer (``respond``)."""
+    if d.respond and d.message:
+        return respond_message(
+            tool_call_id=p.call.id, tool=p.spec.name, message=d.message, operation_id=operation_id
+        )
+    return rejection_message(
+        tool_call_id=p.call.id,
+        tool=p.spec.name,
+        message=d.message,
+        operation_id=operation_id,
+        note=note,
+    )
 
 
 def _opened_elsewhere(ledger: Ledger, op_id: str, thread_id: str, tool_call_id: str) -> bool:
     """Whether ``op_id`` exists and was opened by another call (a shared business key)."""
     op = ledger.get(op_id)
     return op is not None and not _opened_by(op, thread_id, tool_call_id)
+
+
+def _keep_replaced(
+    runnable: Sequence[tuple[Prepared, _Decided]], ledger: Ledger, reviewer: str
+) -> None:
+    """Keep the intent an edit replaced with the operation (an audit note)."""
+    for p, d in runnable:
+        if d.kind == "edit" and d.intent_hash != p.request["intent_hash"]:
+            # A later proposal of the replaced intent is flagged from the history.
+            ledger.note(
+                d.operation_id,
+                {
+                    "replaced_intent_hash": p.request["intent_hash"],
+                    "replaced_args": p.request["args"],
+                    "reviewer": reviewer,
+                },
+            )
+
+
+def _answer_rejected(
+    rejected: Sequence[tuple[Prepared, _Decided]],
+    states: Mapping[str, OpState],
+    runnable: list[tuple[Prepared, _Decided]],
+) -> list[ToolMessage]:
+    """Answer rejected calls truthfully; one whose operation started goes to dispatch."""
+    out = []
+    for p, d in rejected:
+        state = states.get(d.operation_id, OpState.REJECTED)
+        if started(state):
+            # The "no" came too late: the operation started meanwhile (another
+            # thread's call under a shared key). Only dispatch can say what
+            # happened; "not executed" would be a guess.
+            runnable.append((p, d))
+            continue
+        note = None
+        if state is not OpState.REJECTED:
+            note = (
+                f"operation {d.operation_id} is {state.value}: an earlier attempt may have "
+                "taken effect; no further attempt is made for this call"
+            )
+        out.append(_no(p, d, operation_id=d.operation_id, note=note))
+    return out
 
 
 def _record_and_route(
@@ -535,6 +819,7 @@ def _record_and_route(
     rows: list[tuple[OpenRequest, Approval]] = []
     messages: list[ToolMessage] = []
     runnable: list[tuple[Prepared, _Decided]] = []
+    rejected: list[tuple[Prepared, _Decided]] = []
     for p in prepared:
         d = by_id.get(p.call.id)
         answer = _unrunnable_answer(p, d)
@@ -553,24 +838,28 @@ def _record_and_route(
                     "left_unchanged": True,
                 },
             )
-        elif not p.settled:  # a settled operation has nothing left to approve
+            note = f"operation {d.operation_id} belongs to another call and was left to it"
+            messages.append(_no(p, d, operation_id=d.operation_id, note=note))
+            continue
+        if not p.settled:  # a settled operation has nothing left to approve
             rows.append(
                 _ledger_rows(p, d, thread_id=thread_id, reviewer=reviewer, policy=policy, now=now)
             )
         if d.kind == "reject":
-            messages.append(
-                rejection_message(
-                    tool_call_id=p.call.id,
-                    tool=p.spec.name,
-                    message=d.message,
-                    operation_id=d.operation_id,
-                )
-            )
+            rejected.append((p, d))
         else:
             runnable.append((p, d))
+    states: dict[str, OpState] = {}
     if rows:
-        ledger.record_review([r[0] for r in rows], [r[1] for r in rows])
+        recorded = ledger.record_review([r[0] for r in rows], [r[1] for r in rows])
+        states = {op.operation_id: op.state for op in recorded}
+    _keep_replaced(runnable, ledger, reviewer)
     _failpoints.hit(Failpoint.AFTER_REVIEW_RECORDED)
+    messages += _answer_rejected(rejected, states, runnable)
     sends = [_send(p, d, thread_id=thread_id, batch_size=len(runnable)) for p, d in runnable]
     update = {"messages": messages} if messages else None
+    if not sends and any(p.refused_repeat is not None for p in prepared):
+        # The model keeps proposing what a reviewer keeps rejecting: stop the
+        # run instead of asking the same question again and again.
+        return Command(goto=END, update=update)
     return Command(goto=sends or "agent", update=update)

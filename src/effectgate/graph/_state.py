@@ -260,6 +260,13 @@ class ActionRequest(TypedDict):
     """An earlier operation of this thread with the same tool and intent that already succeeded."""
     conflict: dict[str, Any] | None
     """Set when the operation id is already bound to other arguments (a fork that edited args)."""
+    repeat_of_rejected: NotRequired[dict[str, Any]]
+    """A call of this thread a reviewer rejected, with the same intent.
+
+    ``{operation_id, reason, times_rejected}``.
+    """
+    replaced_by_edit: NotRequired[str]
+    """The operation whose reviewer edited these very arguments away (the call ran edited)."""
 
 
 class ReviewConfig(TypedDict):
@@ -267,6 +274,7 @@ class ReviewConfig(TypedDict):
 
     action_name: str
     allowed_decisions: list[Literal["approve", "edit", "reject"]]
+    """``respond`` is accepted wherever ``reject`` is (a reject with the person's text)."""
 
 
 class ReviewRequest(TypedDict):
@@ -290,13 +298,18 @@ class EditedAction(TypedDict):
 class Decision(TypedDict, total=False):
     """One reviewer decision, in ``action_requests`` order."""
 
-    type: Literal["approve", "edit", "reject"]
+    type: Literal["approve", "edit", "reject", "respond"]
     edited_action: EditedAction
     """For ``edit``: the new arguments (validated by the tool schema, new intent hash)."""
     message: str
-    """For ``reject``: told to the model."""
+    """For ``reject``: told to the model. For ``respond``: the answer the model gets
+    in the tool's place (nothing runs; recorded as a reject)."""
     tool_call_id: str
     """Optional: names the call this decision answers; checked when given."""
+    operation_id: str
+    """The operation shown for this call; binds the decision (checked when given)."""
+    intent_hash: str
+    """The intent hash shown for this call; binds the decision (checked when given)."""
 
 
 class ReviewResponse(TypedDict, total=False):

@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
         reviews = 0
         while result.status == "waiting_review" and reviews < args.max_reviews:
             reviews += 1
-            request = dict(result.interrupts[0].value)
-            result = call("resume", args.thread, decisions=_decisions(request, args.approve))
+            pending = result.interrupts[0]
+            answer = _decisions(dict(pending.value), args.approve)
+            result = call("resume", args.thread, answers={pending.id: answer})
         summary = {
             "thread_id": result.thread_id,
             "status": result.status.value,

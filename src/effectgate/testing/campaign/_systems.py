@@ -178,8 +178,10 @@ def _drive_effectgate(options: DriveOptions) -> tuple[int, dict[str, Any]]:
             for _ in range(_MAX_STEPS):
                 if result.status is not RunStatus.WAITING_REVIEW:
                     break
-                request = dict(result.interrupts[0].value)
-                result = agent.resume(options.thread_id, decisions=_review(request))
+                pending = result.interrupts[0]
+                result = agent.resume(
+                    options.thread_id, answers={pending.id: _review(dict(pending.value))}
+                )
     except ThreadBusyError as exc:
         return EXIT_BUSY, {**summary, "status": "busy", "error": str(exc)}
     summary.update(status=result.status.value, error=result.error)

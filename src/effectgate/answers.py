@@ -1,0 +1,553 @@
+"""The answer protocol: how a person's answer reaches the call it was given for.
+
+One home for the rules every answer path follows (the review node, the effect
+node's verdicts, ``Agent.resume``, the CLI, ``Dispatcher.apply_verdict``):
+
+- **Bound.** A review answer names what it answers: the interrupt id it was
+  shown under (``"interrupt_id"``), or, per decision, the ``operation_id``
+  and ``intent_hash`` shown. An answer that names nothing is refused with the
+  pending reviews listed; it is never guessed onto whatever waits now.
+- **Each interrupt on its own.** Several pending interrupts are answered by a
+  map from interrupt id to answer, as LangGraph's ``Command(resume={id:
+  value})``; a partial map leaves the others pending.
+- **Idempotent.** The same answer to a review that is already decided returns
+  the recorded outcome; a different one is refused, naming the recorded
+  decision, and the refusal is written to the ledger as an event.
+- **Verdicts.** One validation (``VerdictModel``, pydantic) on every path;
+  a verdict is bound to the attempt it was given for.
+
+The raw compiled graph keeps LangGraph's own ``Command(resume=...)`` rules:
+these rules bind effectgate's own API and CLI. Imports no LangGraph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from effectgate._verdicts import Verdict
+from effectgate.errors import DecisionError
+from effectgate.ledger import Ledger, OpState
+
+__all__ = [
+    "AnswerOutcome",
+    "PendingLike",
+    "Resolution",
+    "VerdictModel",
+    "bind_decisions",
+    "check_review_answer",
+    "decision_allowed",
+    "describe_pending",
+    "recorded_decision",
+    "resolve",
+    "settle_stale",
+    "validate_verdict",
+]
+
+DecisionKind = Literal["approve", "edit", "reject"]
+
+_STARTED = frozenset(
+    {OpState.IN_FLIGHT, OpState.UNKNOWN, OpState.NEEDS_RECONCILIATION, OpState.SUCCEEDED}
+)
+"""States in which the effect may have happened: a reject can no longer stop it."""
+
+
+class VerdictModel(BaseModel):
+    """A person's verdict on an operation whose outcome nobody could know.
+
+    Known keys only. ``reference`` (for ``succeeded``) is a non-empty string;
+    ``retry`` needs ``acknowledge_duplicate_risk: true``; ``attempt`` binds the
+    verdict to the attempt it was asked about, so it is never applied to a
+    later question.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    verdict: Literal["succeeded", "failed", "retry", "ledger"]
+    attempt: StrictInt | None = None
+    reference: StrictStr | None = None
+    evidence: StrictStr | None = None
+    acknowledge_duplicate_risk: StrictBool = False
+    reviewer: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> VerdictModel:
+        if self.reference is not None and not self.reference.strip():
+            raise ValueError("reference must be a non-empty string")
+        if self.verdict == "succeeded" and self.reference is None:
+            raise ValueError("verdict 'succeeded' needs a reference: the evidence you checked")
+        if self.verdict == "retry" and not self.acknowledge_duplicate_risk:
+            raise ValueError(
+                "verdict 'retry' needs acknowledge_duplicate_risk: true; the earlier attempt "
+                "may have taken effect, and a retry may duplicate it"
+            )
+        if self.attempt is not None and self.attempt < 0:
+            raise ValueError("attempt must be >= 0")
+        return self
+
+
+def validate_verdict(value: Any) -> Verdict:
+    """Validate a reconciliation verdict (the one check every path uses).
+
+    Args:
+        value: a mapping such as ``{"verdict": "succeeded", "reference":
+            "TICKET-7"}``.
+
+    Returns:
+        The verdict as a ``Verdict`` mapping, without unset keys.
+
+    Raises:
+        DecisionError: not a mapping, an unknown key or verdict, a
+            ``reference`` that is not a non-empty string, ``succeeded``
+            without a reference, or ``retry`` without the acknowledgement.
+    """
+    if not isinstance(value, Mapping):
+        raise DecisionError(f"a reconciliation verdict must be an object, got {value!r}")
+    try:
+        model = VerdictModel.model_validate(dict(value))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'verdict'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise DecisionError(f"verdict refused: {problems}") from None
+    out = model.model_dump(exclude_none=True)
+    if not model.acknowledge_duplicate_risk:
+        out.pop("acknowledge_duplicate_risk", None)
+    verdict: Verdict = out  # type: ignore[assignment]
+    return verdict
+
+
+class PendingLike(Protocol):
+    """A pending interrupt as the runner reports it (``PendingInterrupt``)."""
+
+    @property
+    def id(self) -> str:
+        """LangGraph's interrupt id."""
+        ...
+
+    @property
+    def value(self) -> Mapping[str, Any]:
+        """The interrupt payload (a review or reconciliation request)."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """``"review"`` or ``"reconciliation"``."""
+        ...
+
+
+def _shown(request: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (str(a.get("operation_id")), str(a.get("intent_hash")))
+        for a in request.get("action_requests", ())
+    ]
+
+
+def describe_pending(pending: Sequence[PendingLike]) -> str:
+    """Name each pending interrupt in one line: id, kind and the operations it is about."""
+    if not pending:
+        return "no review is pending, and no reconciliation is pending"
+    parts = []
+    for item in pending:
+        if item.kind == "review":
+            calls = ", ".join(
+                f"{a.get('name')} {a.get('operation_id')}"
+                for a in item.value.get("action_requests", ())
+            )
+            parts.append(f"review {item.id} ({calls})")
+        else:
+            parts.append(f"reconciliation {item.id} ({item.value.get('operation_id')})")
+    lead = "" if any(i.kind == "review" for i in pending) else "no review is pending; "
+    return lead + "pending: " + "; ".join(parts)
+
+
+def bind_decisions(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[str, Any]:
+    """Bind each decision of ``answer`` to the call of ``request`` it answers, in order.
+
+    For a client that reads a review and answers it (``--approve all``, a
+    terminal, a decisions file): every decision gains the ``tool_call_id``,
+    ``operation_id`` and ``intent_hash`` it was given for. A decision that
+    already names other ids keeps them (and is refused if they differ).
+
+    Args:
+        request: the review request as shown.
+        answer: ``{"decisions": [...], ...}`` in ``action_requests`` order.
+
+    Returns:
+        A copy of ``answer`` with bound decisions.
+    """
+    actions = list(request.get("action_requests", ()))
+    decisions = answer.get("decisions")
+    if not isinstance(decisions, list):
+        return dict(answer)
+    bound = []
+    for decision, action in zip(decisions, actions, strict=False):
+        if not isinstance(decision, Mapping):
+            bound.append(decision)
+            continue
+        ids = {k: action[k] for k in ("tool_call_id", "operation_id", "intent_hash") if k in action}
+        bound.append({**ids, **decision})
+    bound += decisions[len(actions) :]
+    return {**answer, "decisions": bound}
+
+
+def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
+    """Whether a decision type may answer a call whose review allows ``allowed``.
+
+    ``respond`` (LangChain HITL: answer the model in the tool's place) is a
+    reject with the person's own text, so it is allowed wherever ``reject`` is.
+    """
+    return kind in allowed or (kind == "respond" and "reject" in allowed)
+
+
+def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
+    """Check a review answer's shape against the request before resuming.
+
+    Raises:
+        DecisionError: not ``{"decisions": [...]}``, wrong count, a decision
+            type the request does not allow for that call, or a decision that
+            names another call, operation or intent than the one shown.
+            Nothing is resumed.
+    """
+    decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
+    if not isinstance(decisions, list):
+        raise DecisionError('a review answer must look like {"decisions": [...]}')
+    actions = request.get("action_requests", [])
+    configs = request.get("review_configs", [])
+    if len(decisions) != len(actions):
+        raise DecisionError(
+            f"{len(decisions)} decision(s) for {len(actions)} pending call(s): "
+            "answer every call, in order"
+        )
+    for action, config, decision in zip(actions, configs, decisions, strict=True):
+        kind = decision.get("type") if isinstance(decision, Mapping) else None
+        if not decision_allowed(kind, config.get("allowed_decisions", [])):
+            raise DecisionError(
+                f"decision {kind!r} not allowed for {action['name']} ({action['tool_call_id']}); "
+                f"allowed: {', '.join(config.get('allowed_decisions', []))}"
+            )
+        assert isinstance(decision, Mapping)
+        for key in ("tool_call_id", "operation_id", "intent_hash"):
+            named = decision.get(key)
+            if named is not None and named != action.get(key):
+                raise DecisionError(
+                    f"a decision names {key} {named!r} where the review shows "
+                    f"{action.get(key)!r} ({action['name']}); nothing ran"
+                )
+        if kind == "edit":
+            edited = decision.get("edited_action")
+            if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
+                raise DecisionError(
+                    f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
+                )
+
+
+def _named_ids(answer: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """The (operation id, intent hash) every decision names, or ``None`` if one names none."""
+    decisions = answer.get("decisions")
+    if not isinstance(decisions, list) or not decisions:
+        return None
+    out = []
+    for d in decisions:
+        if not isinstance(d, Mapping) or not d.get("operation_id") or not d.get("intent_hash"):
+            return None
+        out.append((str(d["operation_id"]), str(d["intent_hash"])))
+    return out
+
+
+@dataclass(slots=True)
+class Resolution:
+    """How a client's answers map onto what is pending."""
+
+    resume: dict[str, Any] = field(default_factory=dict)
+    """Interrupt id -> resume value, for the pending interrupts answered."""
+    stale: list[tuple[str | None, Mapping[str, Any]]] = field(default_factory=list)
+    """Review answers bound to nothing pending: (interrupt id named or ``None``, answer)."""
+
+
+def _review_value(item: PendingLike, answer: Mapping[str, Any]) -> dict[str, Any]:
+    check_review_answer(item.value, answer)
+    shown = _shown(item.value)
+    clean = {k: v for k, v in answer.items() if k != "interrupt_id"}
+    return {
+        **clean,
+        "shown": [h for _, h in shown],
+        "shown_operations": [o for o, _ in shown],
+    }
+
+
+def _verdict_value(item: PendingLike, given: Any, ledger: Ledger) -> dict[str, Any]:
+    op_id = str(item.value.get("operation_id"))
+    op = ledger.get(op_id)
+    if op is not None and op.state is not OpState.NEEDS_RECONCILIATION:
+        # Settled outside the graph (``effectgate reconcile``): the node re-reads it.
+        return {"verdict": "ledger", "attempt": op.attempt}
+    if not isinstance(given, Mapping):
+        raise DecisionError(f"the verdict for {op_id} must be an object, got {given!r}")
+    bound = {"attempt": item.value.get("attempt"), **given}
+    return dict(validate_verdict(bound))
+
+
+def resolve(
+    pending: Sequence[PendingLike],
+    *,
+    ledger: Ledger,
+    decisions: Mapping[str, Any] | None = None,
+    verdicts: Mapping[str, Any] | None = None,
+    answers: Mapping[str, Any] | None = None,
+) -> Resolution:
+    """Map a client's answers onto the pending interrupts, never guessing.
+
+    Args:
+        pending: the thread's open interrupts.
+        ledger: read for operations settled outside the graph.
+        decisions: one review answer, bound by ``"interrupt_id"`` or by each
+            decision's ``operation_id`` and ``intent_hash``.
+        verdicts: reconciliation verdicts by operation id.
+        answers: interrupt id -> answer (a review answer or a verdict).
+
+    Returns:
+        The resume map for the interrupts answered (others stay pending), and
+        the review answers that match nothing pending (for ``settle_stale``).
+
+    Raises:
+        DecisionError: an unbound review answer (the message lists what is
+            pending), a verdict for an operation nothing asks about, or an
+            answer of the wrong shape. Nothing is resumed.
+    """
+    by_id = {item.id: item for item in pending}
+    res = Resolution()
+    for interrupt_id, answer in (answers or {}).items():
+        item = by_id.get(interrupt_id)
+        if item is None:
+            if isinstance(answer, Mapping) and "decisions" in answer:
+                res.stale.append((interrupt_id, answer))
+                continue
+            raise DecisionError(
+                f"interrupt {interrupt_id} is not pending; {describe_pending(pending)}"
+            )
+        if item.kind == "review":
+            if not isinstance(answer, Mapping):
+                raise DecisionError('a review answer must look like {"decisions": [...]}')
+            res.resume[item.id] = _review_value(item, answer)
+        else:
+            res.resume[item.id] = _verdict_value(item, answer, ledger)
+    if decisions is not None:
+        _resolve_decisions(pending, decisions, res)
+    _resolve_verdicts(pending, verdicts or {}, ledger, res)
+    return res
+
+
+def _resolve_verdicts(
+    pending: Sequence[PendingLike], verdicts: Mapping[str, Any], ledger: Ledger, res: Resolution
+) -> None:
+    asked = {str(i.value.get("operation_id")): i for i in pending if i.kind != "review"}
+    stray = sorted(set(verdicts) - set(asked))
+    if stray:
+        raise DecisionError(
+            f"no pending reconciliation for operation(s) {', '.join(stray)}; "
+            f"{describe_pending(pending)}"
+        )
+    for op_id, given in verdicts.items():
+        item = asked[op_id]
+        res.resume[item.id] = _verdict_value(item, given, ledger)
+    # A reconciliation settled outside the graph (``effectgate reconcile``)
+    # needs no answer: its node re-reads the ledger.
+    for item in asked.values():
+        if item.id not in res.resume:
+            op = ledger.get(str(item.value.get("operation_id")))
+            if op is not None and op.state is not OpState.NEEDS_RECONCILIATION:
+                res.resume[item.id] = {"verdict": "ledger", "attempt": op.attempt}
+
+
+def _resolve_decisions(
+    pending: Sequence[PendingLike], decisions: Mapping[str, Any], res: Resolution
+) -> None:
+    reviews = [i for i in pending if i.kind == "review"]
+    meant = decisions.get("interrupt_id")
+    if meant is not None:
+        for item in reviews:
+            if item.id == meant:
+                res.resume[item.id] = _review_value(item, decisions)
+                return
+        res.stale.append((str(meant), decisions))
+        return
+    named = _named_ids(decisions)
+    if named is None:
+        raise DecisionError(
+            "this review answer names no review: give the interrupt id it answers "
+            '("interrupt_id") or, in each decision, the "operation_id" and "intent_hash" '
+            f"shown; nothing ran. {describe_pending(pending)}"
+        )
+    for item in reviews:
+        if _shown(item.value) == named:
+            res.resume[item.id] = _review_value(item, decisions)
+            return
+    res.stale.append((None, decisions))
+
+
+def recorded_decision(
+    ledger: Ledger, thread_id: str, action: Mapping[str, Any]
+) -> tuple[DecisionKind, str] | None:
+    """The decision already recorded for one shown call, or ``None`` if it is open.
+
+    Args:
+        ledger: read for the operation and its approvals.
+        thread_id: the thread that showed the call.
+        action: one ``action_requests`` entry as shown.
+
+    Returns:
+        ``(decision, reviewer)`` of the latest approval this very call (thread
+        and tool-call id) recorded on the operation shown for the intent
+        shown, or ``None``.
+    """
+    op_id = str(action.get("operation_id"))
+    for approval in reversed(ledger.approvals(op_id)):
+        if (approval.thread_id, approval.tool_call_id) != (thread_id, action.get("tool_call_id")):
+            continue
+        if approval.intent_hash != action.get("intent_hash") and approval.decision != "edit":
+            continue
+        return approval.decision, approval.reviewer
+    return None
+
+
+def is_decided(ledger: Ledger, thread_id: str, request: Mapping[str, Any]) -> bool:
+    """Whether every call of a review request already has a decision that still stands.
+
+    A call counts as decided when its operation holds this call's recorded
+    decision and has moved past PROPOSED (an approval withdrawn because it
+    expired puts it back to PROPOSED: that review is open again).
+    """
+    actions = list(request.get("action_requests", ()))
+    if not actions:
+        return False
+    for action in actions:
+        op = ledger.get(str(action.get("operation_id")))
+        if op is None or op.state is OpState.PROPOSED:
+            return False
+        if recorded_decision(ledger, thread_id, action) is None:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerOutcome:
+    """What became of an answer to a review that is no longer open."""
+
+    interrupt_id: str | None
+    decisions: list[tuple[str, DecisionKind]]
+    """(operation id, recorded decision) for each call the answer named."""
+
+    def describe(self) -> str:
+        """One line: ``already decided: op (approve), ...``."""
+        parts = ", ".join(f"{op} ({kind})" for op, kind in self.decisions)
+        return f"already decided: {parts}"
+
+
+def settle_stale(
+    ledger: Ledger,
+    thread_id: str,
+    answer: Mapping[str, Any],
+    shown: Mapping[str, Any] | None,
+    *,
+    interrupt_id: str | None,
+    pending: Sequence[PendingLike],
+) -> AnswerOutcome:
+    """Judge an answer to a review that is not pending any more.
+
+    The same answer as the one recorded returns the recorded outcome; a
+    different one is refused, naming the recorded decision, and the refusal
+    is written to the ledger (``Ledger.note``: who, what was refused, why;
+    the event carries the time).
+
+    Args:
+        ledger: read for the recorded decisions, written for refusals.
+        thread_id: the thread.
+        answer: the client's review answer.
+        shown: the review request the answer was given for (from the thread's
+            history), or ``None`` when only the decisions name it.
+        interrupt_id: the interrupt the answer named, if any.
+        pending: what is pending now (named in refusals).
+
+    Returns:
+        The recorded outcome when the answer agrees with it.
+
+    Raises:
+        DecisionError: nothing known was shown under that id, the review has
+            no recorded decision, or the answer contradicts the recorded one.
+    """
+    decisions = answer.get("decisions")
+    if shown is not None:
+        actions = list(shown.get("action_requests", ()))
+    else:
+        named = _named_ids(answer) or []
+        actions = [{"operation_id": o, "intent_hash": h} for o, h in named]
+        for action, d in zip(actions, decisions or [], strict=False):
+            if isinstance(d, Mapping):
+                action["tool_call_id"] = d.get("tool_call_id")
+    what = f"review {interrupt_id}" if interrupt_id else "the review these decisions name"
+    if not actions or not isinstance(decisions, list) or len(decisions) != len(actions):
+        raise DecisionError(
+            f"this answer is for {what}, which is not pending (answered elsewhere, or not a "
+            f"review of this thread); nothing ran. {describe_pending(pending)}"
+        )
+    recorded: list[tuple[str, DecisionKind]] = []
+    contradictions = []
+    for action, decision in zip(actions, decisions, strict=True):
+        op_id = str(action.get("operation_id"))
+        asked = action
+        if asked.get("tool_call_id") is None:
+            op = ledger.get(op_id)
+            asked = {**asked, "tool_call_id": op.tool_call_id if op else None}
+        found = recorded_decision(ledger, thread_id, asked)
+        if found is None:
+            raise DecisionError(
+                f"this answer is for {what}, which is not pending and has no recorded "
+                f"decision for {op_id}; nothing ran. {describe_pending(pending)}"
+            )
+        kind, reviewer = found
+        given = decision.get("type") if isinstance(decision, Mapping) else None
+        if given == "respond":
+            given = "reject"  # recorded as a reject with the person's text
+        recorded.append((op_id, kind))
+        if given != kind:
+            contradictions.append((op_id, given, kind, reviewer))
+    if contradictions:
+        for op_id, given, kind, reviewer in contradictions:
+            ledger.note(
+                op_id,
+                {
+                    "refused_answer": {
+                        "decision": given,
+                        "reviewer": answer.get("reviewer"),
+                        "interrupt_id": interrupt_id,
+                    },
+                    "reason": f"already decided: {kind} by {reviewer}",
+                },
+            )
+        listed = "; ".join(
+            f"{op} was already decided: {kind} by {who} (this answer: {given})"
+            for op, given, kind, who in contradictions
+        )
+        raise DecisionError(
+            f"this answer is for {what}, which is not pending: {listed}; the answer was "
+            "refused and recorded, nothing ran"
+        )
+    return AnswerOutcome(interrupt_id=interrupt_id, decisions=recorded)
+
+
+def started(state: OpState) -> bool:
+    """Whether an operation in ``state`` may already have taken effect."""
+    return state in _STARTED
