@@ -718,9 +718,12 @@ class Agent:
         *,
         decisions: Mapping[str, Any] | None = None,
         verdicts: Mapping[str, Verdict] | None = None,
+        answers: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """``resume`` for async code (see ``astart`` for how it runs and is cancelled)."""
-        return await self._in_thread(self.resume, thread_id, decisions=decisions, verdicts=verdicts)
+        return await self._in_thread(
+            self.resume, thread_id, decisions=decisions, verdicts=verdicts, answers=answers
+        )
 
     async def asend(
         self,
@@ -750,6 +753,7 @@ class Agent:
         task: str | None = None,
         decisions: Mapping[str, Any] | None = None,
         verdicts: Mapping[str, Verdict] | None = None,
+        answers: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[tuple[str, Any]]:
         """Run a thread and yield its progress as it happens: start it, or resume it.
 
@@ -775,7 +779,12 @@ class Agent:
             run = self._in_thread(self.start, task, thread_id=thread_id, _listener=listen)
         else:
             run = self._in_thread(
-                self.resume, thread_id, decisions=decisions, verdicts=verdicts, _listener=listen
+                self.resume,
+                thread_id,
+                decisions=decisions,
+                verdicts=verdicts,
+                answers=answers,
+                _listener=listen,
             )
         work = asyncio.ensure_future(run)
         work.add_done_callback(lambda _: queue.put_nowait(("done", None)))
