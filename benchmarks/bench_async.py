@@ -86,7 +86,9 @@ async def _effectgate(root: Path, threads: int, calls: int) -> float:
         async def one(thread_id: str) -> None:
             result = await agent.astart(c.TASK, thread_id=thread_id)
             while result.status.value == "waiting_review":
-                result = await agent.aresume(thread_id, decisions=c.APPROVE)
+                # each answer names the review it answers
+                answers = {p.id: c.APPROVE for p in result.interrupts}
+                result = await agent.aresume(thread_id, answers=answers)
             if result.status.value != "done":
                 raise RuntimeError(f"{thread_id} ended {result.status}: {result.error}")
 

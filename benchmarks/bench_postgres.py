@@ -109,7 +109,9 @@ class EffectgatePg(c.System):
             raise RuntimeError(f"effectgate start ended {result.status}: {result.error}")
 
     def step(self, thread_id: str) -> None:
-        result = self.agent.resume(thread_id, decisions=c.APPROVE)
+        pending = self.agent.status(thread_id).interrupts
+        # each answer names the review it answers
+        result = self.agent.resume(thread_id, answers={p.id: c.APPROVE for p in pending})
         if result.status.value not in ("waiting_review", "done"):
             raise RuntimeError(f"effectgate step ended {result.status}: {result.error}")
 

@@ -78,7 +78,16 @@ def test_an_answer_bound_by_operation_and_intent_is_applied(state_dir: StateDir)
 def test_cli_decisions_file_naming_no_review_exits_2(tmp_path: Path) -> None:
     state = tmp_path / "state"
     script = write_script(tmp_path / "s.json", [_write("a.txt", "alpha\n")])
-    ran = eg("run", "write", "--model", f"scripted:{script}", "--state-dir", str(state))
+    ran = eg(
+        "run",
+        "write",
+        "--thread",
+        "write",
+        "--model",
+        f"scripted:{script}",
+        "--state-dir",
+        str(state),
+    )
     assert ran.code == 4, ran.stderr
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({"decisions": [{"type": "approve"}]}))

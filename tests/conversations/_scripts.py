@@ -10,6 +10,7 @@ from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.graph import Agent, RunResult, RunStatus
 from effectgate.models import ScriptedChatModel
+from tests.answers._bind import bound
 
 TASK = "Check the order service; above 5% open a ticket and mail the on-call engineer."
 ALSO_LEAD = "Also copy the on-call lead."
@@ -94,5 +95,5 @@ def approve_all(agent: Agent, result: RunResult) -> RunResult:
         (pending,) = result.interrupts
         n = len(pending.value["action_requests"])
         answer = {"decisions": [{"type": "approve"}] * n, "reviewer": "test"}
-        result = agent.resume(result.thread_id, decisions=answer)
+        result = agent.resume(result.thread_id, decisions=bound(agent, result.thread_id, answer))
     return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus
+from tests.answers._bind import bound
 
 
 def test_the_summary_names_a_rejected_mail(services: DemoServices, state_dir: StateDir) -> None:
@@ -18,7 +19,7 @@ def test_the_summary_names_a_rejected_mail(services: DemoServices, state_dir: St
         )
         while result.status is RunStatus.WAITING_REVIEW:
             decisions = {"decisions": next(answers), "reviewer": "test"}
-            result = agent.resume("s", decisions=decisions)
+            result = agent.resume("s", decisions=bound(agent, "s", decisions))
     assert result.status is RunStatus.DONE, result.error
     final = result.final_message or ""
     assert "create_ticket ran (TICKET-1)" in final

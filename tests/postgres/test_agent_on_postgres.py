@@ -30,7 +30,10 @@ def test_incident_end_to_end_on_postgres(
     with open_agent(state_dir, endpoints=services.endpoints, store=postgres_url) as agent:
         result = agent.start(TASK, thread_id="t1")
         while result.status == "waiting_review":
-            result = agent.resume("t1", decisions=_approve_all(dict(result.interrupts[0].value)))
+            result = agent.resume(
+                "t1",
+                answers={result.interrupts[0].id: _approve_all(dict(result.interrupts[0].value))},
+            )
         assert result.status == "done", result.error
     w = world(state_dir)
     assert (w.tickets, w.mails, w.duplicate_tickets) == (1, 1, 0)

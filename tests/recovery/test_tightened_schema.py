@@ -18,6 +18,7 @@ from effectgate._clock import FakeClock
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.ledger import Approval, OpenRequest, OpState, Receipt, SqliteLedger
 from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
+from tests.answers._bind import bound
 
 
 class Loose(BaseModel):
@@ -172,7 +173,9 @@ def test_the_agent_answers_the_call_and_the_thread_goes_on(tmp_path: Path) -> No
     tools = [_spec(Loose, "1")]
     with open_agent(state, model=model, tools=tools, on_event=_stop_after_review) as agent:
         assert agent.start("open it", thread_id="t").status is RunStatus.WAITING_REVIEW
-        stopped = agent.resume("t", decisions={"decisions": [{"type": "approve"}]})
+        stopped = agent.resume(
+            "t", decisions=bound(agent, "t", {"decisions": [{"type": "approve"}]})
+        )
         assert stopped.status is RunStatus.INCOMPLETE, stopped
         (op,) = stopped.operations
         assert (op.state, op.attempt, op.tool_version) == (OpState.APPROVED, 0, "1")

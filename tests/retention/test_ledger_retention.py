@@ -13,6 +13,7 @@ from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.graph import RunStatus
 from effectgate.ledger import OpState
 from effectgate.retention import PrunePolicy
+from tests.answers._bind import bound
 from tests.retention.test_prune import APPROVE, _agent, _finish
 
 
@@ -84,7 +85,7 @@ def test_a_replay_onto_a_compacted_operation_is_reviewed_not_executed(
         assert action["intent_hash"] == op.intent_hash
         assert len(read_tickets(sd.services)) == 1  # nothing ran
         # approving it again sends the same idempotency key: the service does not repeat it
-        again = agent.resume("r", decisions=APPROVE)
+        again = agent.resume("r", decisions=bound(agent, "r", APPROVE))
         assert again.status is RunStatus.DONE, again.error
         # the ledger flags the reopened id with what its tombstone said
         created = agent.ledger.events(operation_id=op.operation_id)

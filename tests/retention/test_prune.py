@@ -20,6 +20,7 @@ from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.graph import Agent, RunStatus
 from effectgate.ledger import OpState
 from effectgate.retention import PrunePolicy, ThreadDeletedError, tombstone_of
+from tests.answers._bind import bound
 from tests.conftest import run_worker
 
 APPROVE: dict[str, Any] = {"decisions": [{"type": "approve"}], "reviewer": "t"}
@@ -57,7 +58,7 @@ def _finish(agent: Agent, thread_id: str, calls: int) -> None:
     result = agent.start("go", thread_id=thread_id)
     for _ in range(calls):
         assert result.status is RunStatus.WAITING_REVIEW, result.error
-        result = agent.resume(thread_id, decisions=APPROVE)
+        result = agent.resume(thread_id, decisions=bound(agent, thread_id, APPROVE))
     assert result.status is RunStatus.DONE, result.error
 
 
@@ -100,13 +101,13 @@ def test_prune_keeps_every_unfinished_thread_whole_and_each_ticket_happens_once(
     with _agent(sd, services, "review", calls=3) as agent:
         result = agent.start("go", thread_id="review")
         for _ in range(2):
-            result = agent.resume("review", decisions=APPROVE)
+            result = agent.resume("review", decisions=bound(agent, "review", APPROVE))
         assert result.status is RunStatus.WAITING_REVIEW
     # waiting for a verdict: the ticket service commits, then drops the connection
     with _agent(sd, services, "verdict") as agent:
         agent.start("go", thread_id="verdict")
         services.set_fault("tickets", "ambiguous-unqueryable", delay_s=0.2, times=1)
-        result = agent.resume("verdict", decisions=APPROVE)
+        result = agent.resume("verdict", decisions=bound(agent, "verdict", APPROVE))
         assert result.status is RunStatus.WAITING_RECONCILIATION, result.error
         services.set_fault("tickets", "normal")
     # IN_FLIGHT: a worker killed right after the ticket service committed
@@ -154,7 +155,10 @@ def test_prune_keeps_every_unfinished_thread_whole_and_each_ticket_happens_once(
         # the review asks for the third call, not the first again
         (action,) = agent.status("review").interrupts[0].value["action_requests"]
         assert action["args"]["alert_id"] == "alert-review-2"
-        assert agent.resume("review", decisions=APPROVE).status is RunStatus.DONE
+        assert (
+            agent.resume("review", decisions=bound(agent, "review", APPROVE)).status
+            is RunStatus.DONE
+        )
     with _agent(sd, services, "verdict") as agent:
         (item,) = agent.status("verdict").interrupts
         op_id = item.value["operation_id"]
@@ -169,7 +173,7 @@ def test_prune_keeps_every_unfinished_thread_whole_and_each_ticket_happens_once(
     with _agent(sd, services, "fork", calls=2) as agent:
         result = agent.resume("fork")
         while result.status is RunStatus.WAITING_REVIEW:
-            result = agent.resume("fork", decisions=APPROVE)
+            result = agent.resume("fork", decisions=bound(agent, "fork", APPROVE))
         assert result.status is RunStatus.DONE, result.error
     alerts = _alerts(sd)
     expected = {
@@ -257,7 +261,10 @@ def test_finished_older_than_deletes_only_finished_threads_past_the_age(
         report = agent.prune(PrunePolicy(finished_older_than=timedelta(0), **NO_LEDGER))
         assert report.threads_deleted == ["old"]
         assert "waiting" in report.threads_kept
-        assert agent.resume("waiting", decisions=APPROVE).status is RunStatus.WAITING_REVIEW
+        assert (
+            agent.resume("waiting", decisions=bound(agent, "waiting", APPROVE)).status
+            is RunStatus.WAITING_REVIEW
+        )
 
 
 def test_keep_last_on_a_long_thread_keeps_its_history(
@@ -273,7 +280,7 @@ def test_keep_last_on_a_long_thread_keeps_its_history(
     with _agent(sd, services, "long", calls=12) as agent:
         result = agent.start("go", thread_id="long")
         for _ in range(11):
-            result = agent.resume("long", decisions=APPROVE)
+            result = agent.resume("long", decisions=bound(agent, "long", APPROVE))
         assert result.status is RunStatus.WAITING_REVIEW
         history = [m.id for m in agent.messages("long")]
         rows = _checkpoint_rows(sd, "long")
@@ -282,5 +289,7 @@ def test_keep_last_on_a_long_thread_keeps_its_history(
         assert _checkpoint_rows(sd, "long") < rows
     with _agent(sd, services, "long", calls=12) as agent:
         assert [m.id for m in agent.messages("long")] == history
-        assert agent.resume("long", decisions=APPROVE).status is RunStatus.DONE
+        assert (
+            agent.resume("long", decisions=bound(agent, "long", APPROVE)).status is RunStatus.DONE
+        )
     assert len(_alerts(sd)) == 12
