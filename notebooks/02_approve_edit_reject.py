@@ -125,7 +125,8 @@ agent = stack.enter_context(
 THREAD = "triage-1"
 result = agent.start("Triage the orders incident.", thread_id=THREAD)
 assert result.status is RunStatus.WAITING_REVIEW
-actions = result.interrupts[0].value["action_requests"]
+(pending,) = result.interrupts
+actions = pending.value["action_requests"]
 table(
     [
         (a["name"], a["effect_kind"], a["operation_id"], a["intent_hash"][:16])
@@ -138,7 +139,9 @@ table(
 # ## Decide: approve one, edit one, reject one
 #
 # The mail goes to the on-call engineer instead of everyone, with a clearer subject.
-# Below is the diff between the proposed and the edited arguments.
+# Below is the diff between the proposed and the edited arguments. The answer holds one
+# decision per call, in the order of the request, and is keyed by the id of the review
+# it answers (`answers={pending.id: ...}`); an answer that names no review is refused.
 
 # %%
 import difflib
@@ -173,7 +176,7 @@ answer = {
     ],
     "reviewer": "ana",
 }
-result = agent.resume(THREAD, decisions=answer)
+result = agent.resume(THREAD, answers={pending.id: answer})
 assert result.status is RunStatus.DONE
 show_operations(result.operations)
 
@@ -307,8 +310,9 @@ show_operations(result.operations)
 # written. A fresh approval runs it once.
 
 # %%
+(pending,) = result.interrupts
 result = short.resume(
-    "note-1", decisions={"decisions": [{"type": "approve"}], "reviewer": "ana"}
+    "note-1", answers={pending.id: {"decisions": [{"type": "approve"}], "reviewer": "ana"}}
 )
 assert result.status is RunStatus.DONE
 (note_op,) = result.operations
