@@ -44,7 +44,7 @@ def external(sql, params=()):
 
 
 external("CREATE TABLE IF NOT EXISTS refunds (key TEXT PRIMARY KEY, order_id TEXT, cents INT)")
-external("CREATE TABLE IF NOT EXISTS posts (client_id TEXT PRIMARY KEY, text TEXT)")
+_ = external("CREATE TABLE IF NOT EXISTS posts (client_id TEXT PRIMARY KEY, text TEXT)")
 
 # %% [markdown]
 # ## A keyed tool: the external system deduplicates by a key we send

@@ -165,6 +165,10 @@ def run(state, gate, *, kill=None, verdict=None):
         argv.append(json.dumps(verdict))
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
     last = (proc.stdout.strip().splitlines() or [""])[-1]
+    waiting = json.loads(last).get("waiting_for") if last.startswith("{") else None
+    if waiting:  # the reconciliation request a person would be shown
+        why = waiting["evidence"]["why"]
+        last = f"waits for a verdict on {waiting['tool']}, attempt {waiting['attempt']}: {why}"
     print(f"exit {proc.returncode}: {last[:300]}")
     return proc.returncode
 
