@@ -22,7 +22,9 @@
 # * **approve** runs the call as proposed,
 # * **edit** runs *different* arguments (the approval is bound to their new intent hash,
 #   and the model is told what actually ran),
-# * **reject** runs nothing and tells the model why.
+# * **reject** runs nothing and tells the model why,
+# * **respond** (wherever reject is allowed) runs nothing and hands the model the
+#   reviewer's text as the call's answer.
 #
 # At the end, an approval that expires before its call starts goes back to review.
 
@@ -141,7 +143,7 @@ table(
 # The mail goes to the on-call engineer instead of everyone, with a clearer subject.
 # Below is the diff between the proposed and the edited arguments. The answer holds one
 # decision per call, in the order of the request, and is keyed by the id of the review
-# it answers (`answers={pending.id: ...}`); an answer that names no review is refused.
+# it answers (`answers={pending.id: ...}`).
 
 # %%
 import difflib
@@ -179,6 +181,24 @@ answer = {
 result = agent.resume(THREAD, answers={pending.id: answer})
 assert result.status is RunStatus.DONE
 show_operations(result.operations)
+
+# %% [markdown]
+# An answer is bound to the review it was given for. The same answer sent again (a
+# client retrying after a lost reply) changes nothing and says so; an answer that names
+# no review is refused, so an "approve" written for one review can never approve
+# whatever waits later.
+
+# %%
+from effectgate.errors import DecisionError
+
+again = agent.resume(THREAD, answers={pending.id: answer})
+print("the same answer again:", again.status.value, again.already_decided)
+try:
+    agent.resume(THREAD, decisions=answer)
+except DecisionError as exc:
+    print("refused:", str(exc).splitlines()[0])
+else:
+    raise AssertionError("an answer that names no review must be refused")
 
 # %% [markdown]
 # ## The edit has a new intent hash

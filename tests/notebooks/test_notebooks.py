@@ -111,6 +111,8 @@ def check_02(sd: StateDir, nb: Any) -> None:
     assert (note.state, note.attempt, note_approvals) == (OpState.SUCCEEDED, 1, ["approve"] * 2)
     text = outputs_text(nb)
     assert '+    "oncall@example.com"' in text and "expired" in text
+    assert "already decided: ticket:orders-error-rate (approve)" in text
+    assert "refused: this review answer names no review" in text
 
 
 def check_03(sd: StateDir, nb: Any) -> None:
