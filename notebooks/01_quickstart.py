@@ -187,23 +187,29 @@ print("tickets:", len(services.tickets()), " ledger operations:", 0)
 # ## Approve
 #
 # A resume answers the interrupt with one decision per pending call, in order. The
-# shape follows LangChain's `HumanInTheLoopMiddleware`: `approve`, `edit` or `reject`.
+# shape follows LangChain's `HumanInTheLoopMiddleware` (`approve`, `edit`, `reject` or
+# `respond`), plus the reviewer's name. The answer is keyed by the id of the review it
+# answers (`answers={pending.id: ...}`): an answer that names no review is refused, so
+# an old "approve" can never approve whatever happens to wait now.
 # The ticket is created; the model then proposes two calls in one message (mail and
 # note), so the run stops at a second review.
 
 # %%
 result = agent.resume(
-    THREAD, decisions={"decisions": [{"type": "approve"}], "reviewer": "ana"}
+    THREAD, answers={pending.id: {"decisions": [{"type": "approve"}], "reviewer": "ana"}}
 )
 assert result.status is RunStatus.WAITING_REVIEW
-for action in result.interrupts[0].value["action_requests"]:
+(pending,) = result.interrupts
+for action in pending.value["action_requests"]:
     print(f"--- {action['name']} ({action['effect_kind']}) {action['operation_id']}")
     print(action["preview"])
 
 # %%
 result = agent.resume(
     THREAD,
-    decisions={"decisions": [{"type": "approve"}, {"type": "approve"}], "reviewer": "ana"},
+    answers={
+        pending.id: {"decisions": [{"type": "approve"}, {"type": "approve"}], "reviewer": "ana"}
+    },
 )
 assert result.status is RunStatus.DONE
 print(result.final_message)

@@ -22,7 +22,9 @@
 # * **approve** runs the call as proposed,
 # * **edit** runs *different* arguments (the approval is bound to their new intent hash,
 #   and the model is told what actually ran),
-# * **reject** runs nothing and tells the model why.
+# * **reject** runs nothing and tells the model why,
+# * **respond** (wherever reject is allowed) runs nothing and hands the model the
+#   reviewer's text as the call's answer.
 #
 # At the end, an approval that expires before its call starts goes back to review.
 
@@ -125,7 +127,8 @@ agent = stack.enter_context(
 THREAD = "triage-1"
 result = agent.start("Triage the orders incident.", thread_id=THREAD)
 assert result.status is RunStatus.WAITING_REVIEW
-actions = result.interrupts[0].value["action_requests"]
+(pending,) = result.interrupts
+actions = pending.value["action_requests"]
 table(
     [
         (a["name"], a["effect_kind"], a["operation_id"], a["intent_hash"][:16])
@@ -138,7 +141,9 @@ table(
 # ## Decide: approve one, edit one, reject one
 #
 # The mail goes to the on-call engineer instead of everyone, with a clearer subject.
-# Below is the diff between the proposed and the edited arguments.
+# Below is the diff between the proposed and the edited arguments. The answer holds one
+# decision per call, in the order of the request, and is keyed by the id of the review
+# it answers (`answers={pending.id: ...}`).
 
 # %%
 import difflib
@@ -173,9 +178,27 @@ answer = {
     ],
     "reviewer": "ana",
 }
-result = agent.resume(THREAD, decisions=answer)
+result = agent.resume(THREAD, answers={pending.id: answer})
 assert result.status is RunStatus.DONE
 show_operations(result.operations)
+
+# %% [markdown]
+# An answer is bound to the review it was given for. The same answer sent again (a
+# client retrying after a lost reply) changes nothing and says so; an answer that names
+# no review is refused, so an "approve" written for one review can never approve
+# whatever waits later.
+
+# %%
+from effectgate.errors import DecisionError
+
+again = agent.resume(THREAD, answers={pending.id: answer})
+print("the same answer again:", again.status.value, again.already_decided)
+try:
+    agent.resume(THREAD, decisions=answer)
+except DecisionError as exc:
+    print("refused:", str(exc).splitlines()[0])
+else:
+    raise AssertionError("an answer that names no review must be refused")
 
 # %% [markdown]
 # ## The edit has a new intent hash
@@ -307,8 +330,9 @@ show_operations(result.operations)
 # written. A fresh approval runs it once.
 
 # %%
+(pending,) = result.interrupts
 result = short.resume(
-    "note-1", decisions={"decisions": [{"type": "approve"}], "reviewer": "ana"}
+    "note-1", answers={pending.id: {"decisions": [{"type": "approve"}], "reviewer": "ana"}}
 )
 assert result.status is RunStatus.DONE
 (note_op,) = result.operations

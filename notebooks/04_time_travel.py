@@ -81,13 +81,19 @@ CONFIG = {"configurable": {"thread_id": THREAD}}
 
 
 def approve_all(result):
-    n = len(result.interrupts[0].value["action_requests"])
-    return {"decisions": [{"type": "approve"}] * n, "reviewer": "ana"}
+    """Approve every call of every pending review, each answer keyed by its review's id."""
+    return {
+        pending.id: {
+            "decisions": [{"type": "approve"}] * len(pending.value["action_requests"]),
+            "reviewer": "ana",
+        }
+        for pending in result.interrupts
+    }
 
 
 def run_to_end(result):
     while result.status is RunStatus.WAITING_REVIEW:
-        result = agent.resume(THREAD, decisions=approve_all(result))
+        result = agent.resume(THREAD, answers=approve_all(result))
     return result
 
 
@@ -169,7 +175,8 @@ forked = agent.graph.update_state(
 )
 result = agent.replay(THREAD, forked["configurable"]["checkpoint_id"])
 assert result.status is RunStatus.WAITING_REVIEW
-request = result.interrupts[0].value
+(pending,) = result.interrupts
+request = pending.value
 (action,) = request["action_requests"]
 print("allowed decisions:", request["review_configs"][0]["allowed_decisions"])
 print("conflict:")
@@ -180,13 +187,17 @@ for key, value in action["conflict"].items():
 from effectgate.errors import DecisionError
 
 try:
-    agent.resume(THREAD, decisions={"decisions": [{"type": "approve"}]})
+    agent.resume(
+        THREAD, answers={pending.id: {"decisions": [{"type": "approve"}], "reviewer": "ana"}}
+    )
 except DecisionError as exc:
     print("refused:", exc)
 else:
     raise AssertionError("approving a conflict must be refused")
 reject = {"type": "reject", "message": "keep the first ticket"}
-result = agent.resume(THREAD, decisions={"decisions": [reject], "reviewer": "ana"})
+result = agent.resume(
+    THREAD, answers={pending.id: {"decisions": [reject], "reviewer": "ana"}}
+)
 print(result.status, "-", result.final_message)
 assert world(state) == before
 assert services.stats("tickets")["create_requests"] == 1
@@ -222,7 +233,8 @@ before_mail = next(
 )
 result = replanner.replay(THREAD, before_mail.config["configurable"]["checkpoint_id"])
 assert result.status is RunStatus.WAITING_REVIEW
-actions = result.interrupts[0].value["action_requests"]
+(pending,) = result.interrupts
+actions = pending.value["action_requests"]
 table(
     # the re-planned ids are random (as a real model's are): shown masked
     [(a["name"], a["operation_id"][:15] + "<new id>", a["possible_duplicate_of"]) for a in actions],
@@ -230,7 +242,8 @@ table(
 )
 assert all(a["possible_duplicate_of"] for a in actions)
 result = replanner.resume(
-    THREAD, decisions={"decisions": [{"type": "reject"}] * len(actions), "reviewer": "ana"}
+    THREAD,
+    answers={pending.id: {"decisions": [{"type": "reject"}] * len(actions), "reviewer": "ana"}},
 )
 assert result.status is RunStatus.DONE
 print(world(state).as_dict())

@@ -102,8 +102,14 @@ agent = stack.enter_context(open_agent(state, tools=tools))
 
 
 def approve_all(result):
-    n = len(result.interrupts[0].value["action_requests"])
-    return {"decisions": [{"type": "approve"}] * n, "reviewer": "ana"}
+    """Approve every call of every pending review, each answer keyed by its review's id."""
+    return {
+        pending.id: {
+            "decisions": [{"type": "approve"}] * len(pending.value["action_requests"]),
+            "reviewer": "ana",
+        }
+        for pending in result.interrupts
+    }
 
 
 # %% [markdown]
@@ -118,7 +124,7 @@ def approve_all(result):
 services.set_fault("tickets", "timeout-after-commit", delay_s=2)
 THREAD = "incident-1"
 result = agent.start("Check the order service and handle any incident.", thread_id=THREAD)
-result = agent.resume(THREAD, decisions=approve_all(result))
+result = agent.resume(THREAD, answers=approve_all(result))
 (ticket_op,) = agent.ledger.list(thread_id=THREAD, tool="create_ticket")
 show_operations([ticket_op])
 assert (ticket_op.state, ticket_op.attempt) == (OpState.SUCCEEDED, 1)
@@ -140,7 +146,7 @@ for e in agent.ledger.events(operation_id=ticket_op.operation_id):
 import json
 
 services.set_fault("mail", "ambiguous-unqueryable", delay_s=2)
-result = agent.resume(THREAD, decisions=approve_all(result))
+result = agent.resume(THREAD, answers=approve_all(result))
 assert result.status is RunStatus.WAITING_RECONCILIATION
 show_operations(result.operations)
 (pending,) = result.interrupts
@@ -225,7 +231,7 @@ shell_agent = stack.enter_context(
 result = shell_agent.start("Record the orders v2 deployment.", thread_id="deploy-1")
 preview = result.interrupts[0].value["action_requests"][0]["preview"]
 print(preview.replace(str(state.workspace), "<workspace>"))
-result = shell_agent.resume("deploy-1", decisions=approve_all(result))
+result = shell_agent.resume("deploy-1", answers=approve_all(result))
 assert result.status is RunStatus.WAITING_RECONCILIATION
 evidence = result.interrupts[0].value["evidence"]
 print("why:       ", evidence["why"])

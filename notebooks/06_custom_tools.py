@@ -44,7 +44,7 @@ def external(sql, params=()):
 
 
 external("CREATE TABLE IF NOT EXISTS refunds (key TEXT PRIMARY KEY, order_id TEXT, cents INT)")
-external("CREATE TABLE IF NOT EXISTS posts (client_id TEXT PRIMARY KEY, text TEXT)")
+_ = external("CREATE TABLE IF NOT EXISTS posts (client_id TEXT PRIMARY KEY, text TEXT)")
 
 # %% [markdown]
 # ## A keyed tool: the external system deduplicates by a key we send
@@ -206,11 +206,13 @@ script.write_text(
 stack = contextlib.ExitStack()  # keeps the agent open across cells; closed at the end
 agent = stack.enter_context(open_agent(state, model=f"scripted:{script}", tools=[REFUND, POST, NOTE]))
 result = agent.start("Refund order A-17.", thread_id="custom-1")
-for action in result.interrupts[0].value["action_requests"]:
+(pending,) = result.interrupts
+for action in pending.value["action_requests"]:
     print(f"{action['name']:12} {action['effect_kind']:13} {action['operation_id']}")
 
 # %%
-result = agent.resume("custom-1", decisions={"decisions": [{"type": "approve"}] * 3})
+approve = {"decisions": [{"type": "approve"}] * 3, "reviewer": "ana"}
+result = agent.resume("custom-1", answers={pending.id: approve})
 print(result.status)
 for op in sorted(agent.ledger.list(thread_id="custom-1"), key=lambda op: op.tool):
     source = op.receipt.source if op.receipt else "-"
@@ -265,7 +267,9 @@ second.write_text(
 )
 with open_agent(state, model=f"scripted:{second}", tools=[BAD]) as bad_agent:
     r = bad_agent.start("Refund two items of order B-3.", thread_id="pitfall-1")
-    r = bad_agent.resume("pitfall-1", decisions={"decisions": [{"type": "approve"}]})
+    (pending,) = r.interrupts
+    approve = {"decisions": [{"type": "approve"}], "reviewer": "ana"}
+    r = bad_agent.resume("pitfall-1", answers={pending.id: approve})
     (action,) = r.interrupts[0].value["action_requests"]
     conflict = action["conflict"]
     print("second refund proposed:", action["args"])

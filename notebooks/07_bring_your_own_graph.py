@@ -1,9 +1,12 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -11,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 06 · Add effectgate to the agent you already have
+# # 07 · Add effectgate to the agent you already have
 #
 # You have a LangChain `create_agent` agent with `HumanInTheLoopMiddleware`: a person
 # approves each ticket before it is opened. We kill its worker process right after the
@@ -41,7 +44,10 @@ from effectgate import SqliteLedger, StateDir
 from effectgate.demo import DemoServices
 from effectgate.demo.services import read_tickets
 
-workdir = Path(tempfile.mkdtemp(prefix="effectgate-06-"))
+# Everything this notebook writes goes into one new directory, created in
+# EFFECTGATE_NOTEBOOK_DIR if set (the test suite sets it), else in the system temp dir.
+parent = os.environ.get("EFFECTGATE_NOTEBOOK_DIR")
+workdir = Path(tempfile.mkdtemp(prefix="07_bring_your_own_graph-", dir=parent))
 
 
 def open_world(name):
@@ -159,6 +165,10 @@ def run(state, gate, *, kill=None, verdict=None):
         argv.append(json.dumps(verdict))
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
     last = (proc.stdout.strip().splitlines() or [""])[-1]
+    waiting = json.loads(last).get("waiting_for") if last.startswith("{") else None
+    if waiting:  # the reconciliation request a person would be shown
+        why = waiting["evidence"]["why"]
+        last = f"waits for a verdict on {waiting['tool']}, attempt {waiting['attempt']}: {why}"
     print(f"exit {proc.returncode}: {last[:300]}")
     return proc.returncode
 
@@ -231,6 +241,6 @@ services.stop()
 #
 # One line of the agent. The tools still run in `create_agent`'s tool node; the
 # middleware's `wrap_tool_call` dispatches each reviewed call through the ledger instead
-# of calling the tool directly. `docs/bring-your-own-graph.md` lists where this differs
-# from effectgate's own graph, and how to add the same review and effect nodes to a
-# `StateGraph` of your own.
+# of calling the tool directly. [docs/bring-your-own-graph.md](../docs/bring-your-own-graph.md)
+# lists where this differs from effectgate's own graph, and how to add the same review
+# and effect nodes to a `StateGraph` of your own.

@@ -31,6 +31,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 from effectgate import StateDir
+from effectgate.demo.services import read_tickets
 from effectgate.ledger import OpState, SqliteLedger
 from effectgate.testing.oracle import checkpoint_problems, world
 
@@ -43,6 +44,7 @@ NAMES = [
     "04_time_travel.ipynb",
     "05_unknown_outcomes.ipynb",
     "06_custom_tools.ipynb",
+    "07_bring_your_own_graph.ipynb",
 ]
 PICTURES = {"01_quickstart.ipynb": 2, "03_kill_and_resume.ipynb": 1, "05_unknown_outcomes.ipynb": 1}
 """How many PNG outputs each notebook shows (the graph, the state machine, timelines)."""
@@ -109,6 +111,8 @@ def check_02(sd: StateDir, nb: Any) -> None:
     assert (note.state, note.attempt, note_approvals) == (OpState.SUCCEEDED, 1, ["approve"] * 2)
     text = outputs_text(nb)
     assert '+    "oncall@example.com"' in text and "expired" in text
+    assert "already decided: ticket:orders-error-rate (approve)" in text
+    assert "refused: this review answer names no review" in text
 
 
 def check_03(sd: StateDir, nb: Any) -> None:
@@ -182,8 +186,32 @@ def check_06(sd: StateDir, nb: Any) -> None:
     assert "already holds:" in outputs_text(nb)
 
 
+def check_07(sd: StateDir, nb: Any) -> None:
+    # three worlds side by side in the notebook's directory, one per middleware
+    names = ("hitl", "effectgate-plain", "effectgate-declared")
+    worlds = {name: StateDir(sd.root.parent / name) for name in names}
+    titles = {name: [t["title"] for t in read_tickets(w.services)] for name, w in worlds.items()}
+    assert titles == {
+        "hitl": ["orders: error rate above 5%"] * 2,  # the resume re-ran the plain tool
+        "effectgate-plain": ["orders: error rate above 5%"],
+        "effectgate-declared": ["orders: error rate above 5%"],
+    }
+    sources = {}
+    for name in ("effectgate-plain", "effectgate-declared"):
+        with SqliteLedger(worlds[name].ledger) as ledger:
+            (op,) = ledger.list()
+        assert (op.state, op.attempt) == (OpState.SUCCEEDED, 1)
+        sources[name] = op.receipt.source if op.receipt else None
+    assert sources == {"effectgate-plain": "human", "effectgate-declared": "reconcile"}
+    assert "ticket:orders-error-rate" in outputs_text(nb)
+
+
 CHECKS: dict[str, Callable[[StateDir, Any], None]] = dict(
-    zip(NAMES, [check_01, check_02, check_03, check_04, check_05, check_06], strict=True)
+    zip(
+        NAMES,
+        [check_01, check_02, check_03, check_04, check_05, check_06, check_07],
+        strict=True,
+    )
 )
 
 
