@@ -117,14 +117,19 @@ def readiness(agent: Agent, thread_id: str) -> Readiness:
     return Readiness.UNFINISHED if snapshot.next else Readiness.DONE
 
 
-def _answer(result: RunResult, approve: str, reviewer: str) -> dict[str, Any] | None:
-    item = result.interrupts[0].value if result.interrupts else None
-    if not isinstance(item, Mapping) or item.get("type") != "review":
-        return None  # a reconciliation verdict is a person's call
+def _answers(result: RunResult, approve: str, reviewer: str) -> dict[str, Any]:
+    """One answer per pending review, keyed by its interrupt id (an answer names its review).
+
+    Reconciliations are left out: a verdict is a person's call.
+    """
     kind = "approve" if approve == "all" else "reject"
     return {
-        "decisions": [{"type": kind} for _ in item.get("action_requests", ())],
-        "reviewer": reviewer,
+        item.id: {
+            "decisions": [{"type": kind} for _ in item.value.get("action_requests", ())],
+            "reviewer": reviewer,
+        }
+        for item in result.interrupts
+        if isinstance(item.value, Mapping) and item.value.get("type") == "review"
     }
 
 
@@ -137,10 +142,10 @@ def _run_one(agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions
     else:
         result = agent.resume(thread_id)
     while opts.approve and result.status == "waiting_review":
-        answer = _answer(result, opts.approve, opts.reviewer)
-        if answer is None:
+        answers = _answers(result, opts.approve, opts.reviewer)
+        if not answers:
             break
-        result = agent.resume(thread_id, decisions=answer)
+        result = agent.resume(thread_id, answers=answers)
     return result
 
 
