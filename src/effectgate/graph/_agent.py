@@ -248,12 +248,8 @@ class Agent:
                 f"{_clip(record.input.get('task'))}, not {_clip(task)}; send a follow-up "
                 "message instead (Agent.send, or effectgate run --thread)"
             )
-        notes: list[str] = []
-        with self._lease(thread_id, notes):
-            # Nothing checkpointed: ``_resume`` starts from the recorded input.
-            result = self._resume(thread_id, None, None, None)
-            result = self._with_shared(self._next_turn(thread_id, result))
-        return _noted(result, notes)
+        # Nothing checkpointed: ``_resume`` starts from the recorded input.
+        return self._under_lease(thread_id, lambda: self._continue(thread_id))
 
     def send(
         self,
@@ -308,11 +304,10 @@ class Agent:
         """
         if not message.strip():
             raise ConfigError("the message is empty: say what the agent should do")
-        notes: list[str] = []
-        with self._lease(thread_id, notes):
-            refuse_deleted(self.ledger, thread_id)
-            result = self._send(thread_id, message, supersede=supersede, request_id=request_id)
-        return _noted(result, notes)
+        return self._under_lease(
+            thread_id,
+            lambda: self._send(thread_id, message, supersede=supersede, request_id=request_id),
+        )
 
     def _send(
         self, thread_id: str, message: str, *, supersede: bool, request_id: str | None
@@ -324,8 +319,7 @@ class Agent:
         for turn in turns:
             if request_id is not None and turn.input.get("request_id") == request_id:
                 # A retry of a turn already recorded: continue the thread.
-                result = self._resume(thread_id, None, None, None)
-                return self._with_shared(self._next_turn(thread_id, result))
+                return self._continue(thread_id)
         last = turns[-1] if turns else None
         if last is not None and _turn_id(thread_id, last) not in seen:
             if last.input.get("message") != message:
@@ -537,11 +531,32 @@ class Agent:
                 written to the ledger); nothing ran.
             ThreadBusyError: another live runner holds the thread.
         """
+        return self._under_lease(
+            thread_id, lambda: self._continue(thread_id, decisions, verdicts, answers)
+        )
+
+    def _under_lease(self, thread_id: str, run: Callable[[], RunResult]) -> RunResult:
+        """``run()`` while holding the thread's lease; a deleted thread is refused first.
+
+        A lease release that fails after the run becomes a note on its result
+        (``RunResult.notes``) instead of replacing it.
+        """
         notes: list[str] = []
         with self._lease(thread_id, notes):
-            result = self._resume(thread_id, decisions, verdicts, answers)
-            result = self._with_shared(self._next_turn(thread_id, result))
+            refuse_deleted(self.ledger, thread_id)
+            result = run()
         return _noted(result, notes)
+
+    def _continue(
+        self,
+        thread_id: str,
+        decisions: Mapping[str, Any] | None = None,
+        verdicts: Mapping[str, Verdict] | None = None,
+        answers: Mapping[str, Any] | None = None,
+    ) -> RunResult:
+        """Under the lease: answer what waits and run, then any follow-up turn recorded."""
+        result = self._resume(thread_id, decisions, verdicts, answers)
+        return self._with_shared(self._next_turn(thread_id, result))
 
     def _resume(
         self,
@@ -550,10 +565,9 @@ class Agent:
         verdicts: Mapping[str, Verdict] | None,
         answers: Mapping[str, Any] | None,
     ) -> RunResult:
-        # Runs under the thread's lease (``resume``). Live attempts (another
-        # thread's runner mid-request on a shared key) and this agent's own
-        # are left alone: dispatch waits for them or recovers them.
-        refuse_deleted(self.ledger, thread_id)
+        # Runs under the thread's lease (``_under_lease``). Live attempts
+        # (another thread's runner mid-request on a shared key) and this
+        # agent's own are left alone: dispatch waits for them or recovers them.
         self.ledger.recover_in_flight(thread_id=thread_id, worker=self.worker)
         _check_answers_shape(decisions, verdicts, answers)
         stop = self._stops.pop(thread_id, None)
@@ -682,13 +696,11 @@ class Agent:
         reaches goes through review and the ledger again, so nothing that
         succeeded is executed twice.
         """
-        notes: list[str] = []
-        with self._lease(thread_id, notes):
-            refuse_deleted(self.ledger, thread_id)
-            config = self._config(thread_id)
-            config["configurable"]["checkpoint_id"] = checkpoint_id
-            result = self._with_shared(self._run(thread_id, None, config=config))
-        return _noted(result, notes)
+        config = self._config(thread_id)
+        config["configurable"]["checkpoint_id"] = checkpoint_id
+        return self._under_lease(
+            thread_id, lambda: self._with_shared(self._run(thread_id, None, config=config))
+        )
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""
