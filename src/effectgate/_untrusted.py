@@ -198,7 +198,12 @@ def parse_json(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
             when nested deeper than ``max_depth``.
     """
     check_json_depth(text, max_depth)
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
+        raise json.JSONDecodeError(f"value refused ({exc})", text, 0) from None
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -262,6 +267,9 @@ def parse_yaml(text: str, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_YA
         if root is None:
             return None
         _expanded_size(root, max_nodes)
-        return loader.construct_document(root)
+        try:
+            return loader.construct_document(root)
+        except (ValueError, OverflowError) as exc:  # e.g. an integer past the digit limit
+            raise yaml.YAMLError(f"value refused ({exc})") from None
     finally:
         loader.dispose()

@@ -170,11 +170,15 @@ def work(
     """
     stop = stop or threading.Event()
     runs = 0
+    skipped: set[str] = set()
+    """Threads this worker cannot run (a tool it lacks): reported once, then left alone."""
     while not stop.is_set():
         moved = held = 0
         for record in agent.ledger.list_threads():
             if stop.is_set():
                 break
+            if record.thread_id in skipped:
+                continue
             state = readiness(agent, record.thread_id)
             if state is Readiness.HELD:
                 held += 1
@@ -185,6 +189,13 @@ def work(
                 result = _run_one(agent, record.thread_id, state, opts)
             except ThreadBusyError:
                 held += 1  # another worker took it between the look and the lease
+                continue
+            except ConfigError as exc:
+                # This worker lacks what the thread needs (a tool it started
+                # with): one thread must not stop the others. Say so, once.
+                skipped.add(record.thread_id)
+                if say is not None:
+                    say({"thread_id": record.thread_id, "was": state.value, "skipped": str(exc)})
                 continue
             runs += 1
             moved += 1

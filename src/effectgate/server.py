@@ -32,7 +32,8 @@ set it):
   default ``scripted:incident`` (offline).
 - ``EFFECTGATE_SERVICES``: the demo ticket service and mail sink, either
   ``demo`` (started by this process, with their data in the state directory,
-  stopped when it exits) or a JSON object with ``ticket_url``, ``smtp_host``,
+  stopped when it exits; a fresh one reports the orders error rate 0.12, as
+  ``effectgate demo`` does) or a JSON object with ``ticket_url``, ``smtp_host``,
   ``smtp_port`` and ``mail_url`` (services someone else runs). Unset: only the
   file and shell tools.
 """
@@ -125,9 +126,14 @@ def _endpoints(value: str | None, data_dir: Any) -> ServiceEndpoints | None:
     if not value:
         return None
     if value.strip() == "demo":
+        from effectgate.cli._runs import DEMO_ERROR_RATE
+        from effectgate.demo.services import read_error_rate
+
         services = DemoServices(data_dir)
         endpoints = services.start()
         atexit.register(services.stop)
+        if read_error_rate(data_dir, "orders") is None:  # a fresh demo, as `effectgate demo`
+            services.set_error_rate("orders", DEMO_ERROR_RATE)
         return endpoints
     try:
         given = json.loads(value)

@@ -289,12 +289,17 @@ def test_unsendable_request_is_rejected_without_a_connection(
         "env",
         "printenv OPENAI_API_KEY",
         "echo $MY_SERVICE_TOKEN",
+        "echo $EFFECTGATE_STORE",
         "cat /proc/self/environ | tr '\\0' '\\n'",
         "sh -c 'env'",
     ],
 )
-def test_shell_children_get_no_credentials(world: World, listener: Listener, command: str) -> None:
-    """OPENAI_API_KEY and *_TOKEN are not in the child's environment, so not in its output."""
+def test_shell_children_get_no_credentials(
+    world: World, listener: Listener, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OPENAI_API_KEY, *_TOKEN and URLs with a password are not in the child's environment."""
+    # effectgate's own store URL, password included, under a name that is no secret
+    monkeypatch.setenv("EFFECTGATE_STORE", f"postgresql://app:{SECRET}@127.0.0.1:1/db")
     spec = _tools(world, listener)["run_shell"]
     result = spec.call(spec.normalize({"command": command}), CTX)
     assert SECRET not in result.value["stdout"] + result.value["stderr"]

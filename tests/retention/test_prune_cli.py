@@ -64,3 +64,17 @@ def test_unknown_thread_is_bad_input_and_nothing_is_pruned(
     assert "unknown thread 'nope'" in ran.stderr and "Traceback" not in ran.stderr
     listed = eg("threads", "--state-dir", str(state), "--json")
     assert [t["status"] for t in listed.json["threads"]] == ["done"]
+
+
+def test_a_duration_past_any_date_is_bad_input(
+    finished_demo: tuple[Path, Ran], tmp_path: Path
+) -> None:
+    """An age so long that ``now - age`` is no date: exit 2 naming the flag, no traceback."""
+    state = _copy(finished_demo, tmp_path)
+    for flag, value in (
+        ("--finished-older-than", "99999999999d"),
+        ("--operations-after", "1e300w"),
+    ):
+        ran = eg("prune", "--state-dir", str(state), flag, value, "--dry-run")
+        assert ran.code == 2, ran.stderr
+        assert flag in ran.stderr and "Traceback" not in ran.stderr

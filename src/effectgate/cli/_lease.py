@@ -43,19 +43,18 @@ def lease_break(state_dir: Path, output: Output, *, thread_id: str, reason: str,
         ThreadBusyError: the lease changed hands meanwhile; nothing was broken.
     """
     from effectgate._app import StateDir
-    from effectgate.ledger import SqliteLedger
 
     if not reason.strip():
         raise ConfigError("--reason is empty: say why the lease is broken (the ledger keeps it)")
     sd = StateDir.open(state_dir, create=False)
-    if not sd.ledger.is_file():
-        raise DecisionError(f"unknown thread {thread_id!r}: {sd.root} holds no ledger")
-    with SqliteLedger(sd.ledger) as ledger:
+    if not sd.has_ledger():
+        raise ConfigError(f"unknown thread {thread_id!r}: {sd.root} holds no ledger")
+    with sd.open_ledger() as ledger:
         try:
             broken = ledger.break_lease(thread_id, by=by, reason=reason)
         except KeyError:
             if ledger.get_thread(thread_id) is None:
-                raise DecisionError(f"unknown thread {thread_id!r} in {sd.root}") from None
+                raise ConfigError(f"unknown thread {thread_id!r} in {sd.root}") from None
             raise DecisionError(f"thread {thread_id!r} holds no lease: nothing to break") from None
         (event,) = [e for e in ledger.thread_events(thread_id) if e.kind == "lease_broken"][-1:]
     gone = owner_is_gone(broken.owner)

@@ -256,13 +256,14 @@ def recorded_task(state_dir: Path, thread_id: str) -> str | None:
             state directory.
     """
     from effectgate._app import StateDir
-    from effectgate.ledger import SqliteLedger
 
     path = state_dir.expanduser()
-    if not (path / "ledger.sqlite3").is_file():
+    if not (path / "effectgate.json").is_file():
         return None
     sd = StateDir.open(path, create=False)
-    with SqliteLedger(sd.ledger) as ledger:
+    if not sd.has_ledger():
+        return None
+    with sd.open_ledger() as ledger:
         record = ledger.get_thread(thread_id)
     return None if record is None else str(record.input.get("task", ""))
 

@@ -87,13 +87,15 @@ def thread_exists(state_dir: Path, thread_id: str) -> bool | None:
     Returns:
         ``True`` or ``False``; ``None`` when the ledger cannot be read.
     """
-    from effectgate.ledger import SqliteLedger
+    from effectgate._app import StateDir
 
-    path = state_dir.expanduser() / "ledger.sqlite3"
-    if not path.is_file():
+    if not (state_dir.expanduser() / "effectgate.json").is_file():
         return False
     try:
-        ledger = SqliteLedger(path)
+        sd = StateDir.open(state_dir, create=False)
+        if not sd.has_ledger():
+            return False
+        ledger = sd.open_ledger()
         try:
             return ledger.get_thread(thread_id) is not None
         finally:

@@ -18,6 +18,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
 
+_LONGEST = timedelta(days=365 * 1000)
+"""The longest age a flag takes: ``now - age`` must still be a date."""
+
+
 def parse_duration(text: str | None, flag: str) -> timedelta | None:
     """Parse ``30d``, ``12h``, ``90m``, ``45s``, ``2w``; ``none``/``off``: ``None``.
 
@@ -29,7 +33,13 @@ def parse_duration(text: str | None, flag: str) -> timedelta | None:
     found = _DURATION.match(text.lower())
     if found is None:
         raise ConfigError(f"{flag}: {text!r} is not a duration (e.g. 30d, 12h, 90m, 45s, none)")
-    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+    try:
+        value = timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+    except OverflowError:
+        value = timedelta.max
+    if value > _LONGEST:
+        raise ConfigError(f"{flag}: {text!r} is longer than {_LONGEST.days // 365} years")
+    return value
 
 
 def run_prune(
@@ -62,6 +72,11 @@ def run_prune(
     )
     policy.check()
     sd = StateDir.open(state_dir, create=False)
+    if sd.store is not None:
+        raise ConfigError(
+            f"{sd.root} keeps its state in PostgreSQL: prune works on the SQLite files of a "
+            "state directory only (on PostgreSQL, compact the ledger through the library)"
+        )
     if not sd.ledger.is_file() or not sd.checkpoints.is_file():
         raise ConfigError(f"{sd.root} has no threads yet: nothing to prune")
     with inspection_agent(sd) as agent:

@@ -37,17 +37,16 @@ def _ledger(state_dir: Path) -> Iterator[Ledger | None]:
     """The state directory's ledger; ``None`` if there is none or it is not ours (untouched)."""
     from effectgate._app import StateDir
     from effectgate.errors import ConfigError
-    from effectgate.ledger import SqliteLedger
 
     try:
         sd = StateDir.open(state_dir, create=False)
     except ConfigError:
         yield None
         return
-    if not sd.ledger.is_file():
+    if not sd.has_ledger():
         yield None
         return
-    ledger = SqliteLedger(sd.ledger)
+    ledger = sd.open_ledger()
     try:
         yield ledger
     finally:

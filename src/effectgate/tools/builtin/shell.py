@@ -34,6 +34,10 @@ _SECRET_NAME = re.compile(
 """Environment variable names that look like credentials (``OPENAI_API_KEY``,
 ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``, ``DB_PASSWORD``)."""
 
+_SECRET_VALUE = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s@:]*:[^/\s@]+@", re.IGNORECASE)
+"""A value that holds a URL with a password in it (``postgresql://u:pw@host/db``,
+``EFFECTGATE_STORE``, ``DATABASE_URL``), whatever its variable's name."""
+
 
 def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return the environment a command runs with: this process's, minus credentials.
@@ -42,8 +46,10 @@ def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str
     checkpointed tool message) and sent to the model, so a credential the
     child could print would leak three ways. Variables whose names look like
     credentials (see ``_SECRET_NAME``: ``*_KEY``, ``*_TOKEN``, ``*SECRET*``,
-    ``*PASSWORD*``, ``*_CREDENTIALS``, ``*_AUTH``) are left out. This is a
-    deny-list: a secret under an innocent name still reaches the command.
+    ``*PASSWORD*``, ``*_CREDENTIALS``, ``*_AUTH``) are left out, and so are
+    variables whose value is a URL carrying a password (``_SECRET_VALUE``:
+    ``EFFECTGATE_STORE=postgresql://u:pw@host/db``). This is a deny-list: a
+    secret under an innocent name and in another form still reaches the command.
 
     Args:
         environ: the environment to filter; default ``os.environ``.
@@ -52,7 +58,11 @@ def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str
         A new dict to hand to ``subprocess``.
     """
     source = os.environ if environ is None else environ
-    return {name: value for name, value in source.items() if not _SECRET_NAME.search(name)}
+    return {
+        name: value
+        for name, value in source.items()
+        if not _SECRET_NAME.search(name) and not _SECRET_VALUE.search(value)
+    }
 
 
 def _no_nul(value: str) -> str:
