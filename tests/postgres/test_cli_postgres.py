@@ -59,3 +59,21 @@ def test_a_state_directory_keeps_its_store(tmp_path: Path, postgres_url: str) ->
 def _ids(url: str) -> list[str]:
     with PostgresLedger(url) as ledger:
         return [op.operation_id for op in ledger.list()]
+
+
+def test_a_thread_waiting_on_postgres_is_resumed_and_its_lease_broken_from_the_cli(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """resume, lease break and the recovery report read PostgreSQL, not an empty SQLite file."""
+    state = tmp_path / "state"
+    waiting = eg("demo", "--state-dir", str(state), "--store", postgres_url, "--thread", "p1",
+                 "--json", timeout=120)  # fmt: skip
+    assert waiting.code == 4, waiting.stderr[-2000:]
+    broken = eg("lease", "break", "--thread", "p1", "--reason", "test", "--state-dir", str(state))
+    assert broken.code == 0 and "broke the lease of thread 'p1'" in broken.stdout, broken.stderr
+    done = eg("resume", "--thread", "p1", "--approve", "all", "--state-dir", str(state),
+              "--json", timeout=120)  # fmt: skip
+    assert done.code == 0, done.stderr[-2000:]
+    assert not (state / "ledger.sqlite3").exists()
+    with PostgresLedger(postgres_url) as ledger:
+        assert {op.state for op in ledger.list(thread_id="p1")} == {OpState.SUCCEEDED}

@@ -89,7 +89,7 @@ def lease_break(state_dir: Path, output: Output, *, thread_id: str, reason: str,
         f"reason: {escape(reason)}"
     )
     output.out.print(
-        f"the next 'effectgate resume --thread {escape(thread_id)}' takes the thread; its "
-        "attempts in flight are recovered only once their worker cannot be running them"
+        f"the next 'effectgate resume --thread {escape(thread_id)}' takes the thread and "
+        "treats its attempts in flight as unknown (settled by lookup, or parked for a verdict)"
     )
     return 0
