@@ -48,6 +48,7 @@ PUBLIC = {
         "IntentConflictError",
         "LedgerBusyError",
         "LedgerCorruptError",
+        "CheckpointCorruptError",
         "LedgerError",
         "NotAccepted",
         "OperationBusyError",

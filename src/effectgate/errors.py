@@ -9,6 +9,7 @@ EffectgateError
 │   ├── SchemaVersionError      database ahead of this build, or behind with migrations off
 │   ├── IllegalTransitionError  (operation_id, src, dst); a programming error
 │   └── ClaimLostError          compare-and-set lost; another worker holds attempt n
+├── CheckpointCorruptError      a stored checkpoint cannot be read back (damaged bytes)
 ├── ThreadBusyError             another live runner holds the thread's lease
 ├── IntentConflictError         same operation_id, different intent_hash
 ├── ApprovalError               no usable approval for this exact call
@@ -39,6 +40,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalExpiredError",
     "ApprovalMismatchError",
+    "CheckpointCorruptError",
     "ClaimLostError",
     "ConfigError",
     "DecisionError",
@@ -71,6 +73,24 @@ class ConfigError(EffectgateError):
 
 class LedgerError(EffectgateError):
     """The ledger refused or failed; nothing new was committed."""
+
+
+class CheckpointCorruptError(EffectgateError):
+    """A stored checkpoint of a thread could not be read back: its bytes are damaged.
+
+    Raised by ``StepDurableSaver`` when LangGraph's deserializer fails on a
+    row the file holds (bytes replaced, a wrong type tag), instead of the
+    deserializer's own ``TypeError`` or ``KeyError``. The ledger is a separate
+    file and still answers which effects happened.
+    """
+
+    def __init__(self, message: str, *, thread_id: str | None = None) -> None:
+        self.thread_id = thread_id
+        prefix = f"thread {thread_id!r}: " if thread_id else ""
+        super().__init__(prefix + message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"thread_id": self.thread_id}))
 
 
 class LedgerBusyError(LedgerError):

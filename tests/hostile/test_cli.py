@@ -476,3 +476,23 @@ def test_resume_hint_names_the_real_thread(world: World, thread: str) -> None:
     out = ran.stdout + ran.stderr
     assert f"--thread {thread}" in out or f"--thread '{thread}'" in out, out[-800:]
     _assert_escaped(out)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE checkpoints SET checkpoint = randomblob(100)",
+        "UPDATE checkpoints SET type = 'json', checkpoint = CAST('{\"x\": 1}' AS BLOB)",
+    ],
+    ids=["random-bytes", "wrong-json"],
+)
+def test_damaged_checkpoint_rows_are_one_line_exit_1(world: World, damage: str) -> None:
+    """Bytes inside checkpoint rows replaced: threads and resume say so in one line (exit 1)."""
+    first = world.run("run", "task", "--model", _write_call(world), "--thread", "t")
+    assert first.code == 4, first.stderr
+    with sqlite3.connect(world.state / "checkpoints.sqlite3") as conn:
+        conn.execute(damage)
+    for args in (("threads",), ("resume", "--thread", "t", "--approve", "all")):
+        ran = world.run(*args)
+        assert_clean_error(ran, 1, "cannot be read back")
+    world.assert_outside_untouched()

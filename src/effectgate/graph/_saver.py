@@ -42,6 +42,7 @@ could change them), and on its own ``delete_thread``.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -65,6 +66,7 @@ from langgraph.checkpoint.sqlite._delta import (
 )
 
 from effectgate._recent import Recent
+from effectgate.errors import CheckpointCorruptError
 
 __all__ = ["StepDurableSaver"]
 
@@ -193,6 +195,40 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
                     cur.close()
                     if normal:
                         self.conn.execute("PRAGMA synchronous = FULL")
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``SqliteSaver.get_tuple``; a row whose bytes cannot be read back is reported as damage.
+
+        Raises:
+            CheckpointCorruptError: LangGraph's deserializer failed on a stored
+                row (its bytes or type tag damaged), instead of that
+                deserializer's ``TypeError``, ``KeyError`` or ``ValueError``.
+        """
+        try:
+            return _checked(super().get_tuple(config), config)
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc) from exc
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """``SqliteSaver.list``; a row whose bytes cannot be read back is reported as damage.
+
+        Raises:
+            CheckpointCorruptError: as ``get_tuple``.
+        """
+        found = super().list(config, filter=filter, before=before, limit=limit)
+        try:
+            for item in found:
+                _checked(item, config)
+                yield item
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc) from exc
 
     def head(self, thread_id: str, checkpoint_ns: str = "") -> tuple[str, tuple[Any, ...]] | None:
         """The latest checkpoint id of a thread and the writes attached to it, as stored.
@@ -334,9 +370,9 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
                 has_task_path=self._has_task_path,
                 chain_lens=[len(chain_by_ch[ch]) for ch in with_chain],
             )
-            stage2_rows: list[Any] = []
+            stage2_rows: builtins.list[Any] = []
             if stage2_sql:
-                params: list[Any] = []
+                params: builtins.list[Any] = []
                 for ch in with_chain:
                     params.extend([*where, ch, *chain_by_ch[ch]])
                 stage2_rows = cur.execute(stage2_sql, params).fetchall()
@@ -350,13 +386,13 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
         )
 
     def _remembered_walk(
-        self, where: tuple[str, str], target: str, channels: list[str]
-    ) -> tuple[dict[str, list[str]], dict[str, str]] | None:
+        self, where: tuple[str, str], target: str, channels: builtins.list[str]
+    ) -> tuple[dict[str, builtins.list[str]], dict[str, str]] | None:
         """Chains and seed checkpoint ids from remembered lineage; ``None``: something unknown."""
         node = self._lineage.get((*where, target))
         if node is None:
             return None
-        chain_by_ch: dict[str, list[str]] = {ch: [] for ch in channels}
+        chain_by_ch: dict[str, builtins.list[str]] = {ch: [] for ch in channels}
         seed_cids: dict[str, str] = {}
         active = set(channels)
         walked = {target}
@@ -396,10 +432,10 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
         return seeds
 
     def _sql_walk(
-        self, cur: sqlite3.Cursor, where: tuple[str, str], target: str, channels: list[str]
-    ) -> tuple[dict[str, list[str]], dict[str, Any]]:
+        self, cur: sqlite3.Cursor, where: tuple[str, str], target: str, channels: builtins.list[str]
+    ) -> tuple[dict[str, builtins.list[str]], dict[str, Any]]:
         """Upstream's stage 1 (``_delta.step_walk_with_row``), remembering each row's lineage."""
-        chain_by_ch: dict[str, list[str]] = {ch: [] for ch in channels}
+        chain_by_ch: dict[str, builtins.list[str]] = {ch: [] for ch in channels}
         seeds: dict[str, Any] = {}
         active = set(channels)
         walked: set[str] = set()
@@ -426,6 +462,42 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
             if not active:
                 break
         return chain_by_ch, seeds
+
+
+_UNREADABLE = (TypeError, KeyError, ValueError, AttributeError, IndexError)
+"""What LangGraph's deserializer raises on damaged bytes (msgpack and JSON errors are
+``ValueError``s); ``sqlite3.DatabaseError`` is left as it is (a damaged file)."""
+
+
+_CHECKPOINT_MAPS = ("channel_values", "channel_versions", "versions_seen")
+
+
+def _checked(item: CheckpointTuple | None, config: RunnableConfig | None) -> CheckpointTuple | None:
+    """``item`` if its checkpoint has the shape LangGraph reads; damage raises.
+
+    A deserializer may turn damaged bytes into some other value without an
+    error (random bytes that happen to decode as an integer); LangGraph would
+    then fail later, far from the cause.
+    """
+    if item is None:
+        return None
+    cp: Any = item.checkpoint
+    if not isinstance(cp, dict) or not isinstance(cp.get("id"), str):
+        raise _damaged(config, TypeError(f"a checkpoint that is a {type(cp).__name__}"))
+    for key in _CHECKPOINT_MAPS:
+        if not isinstance(cp.get(key), dict):
+            raise _damaged(config, TypeError(f"a checkpoint whose {key!r} is not a mapping"))
+    return item
+
+
+def _damaged(config: RunnableConfig | None, exc: BaseException) -> CheckpointCorruptError:
+    thread = (config or {}).get("configurable", {}).get("thread_id")
+    return CheckpointCorruptError(
+        f"a stored checkpoint cannot be read back ({type(exc).__name__}: {exc}); the "
+        "checkpoint file is damaged. The ledger is a separate file: `effectgate ledger "
+        "list` still shows every operation and its outcome",
+        thread_id=None if thread is None else str(thread),
+    )
 
 
 @dataclass(frozen=True, slots=True)
