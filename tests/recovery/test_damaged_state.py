@@ -241,3 +241,17 @@ def test_a_lease_held_for_ever_names_the_command_that_breaks_it(
     with SqliteLedger(path) as ledger, pytest.raises(ThreadBusyError) as info:
         ledger.acquire_lease("t1", "me", 30)
     assert "effectgate lease break --thread t1 --reason TEXT" in str(info.value)
+
+
+def test_a_lease_token_with_no_successor_is_damage_not_an_overflow(tmp_path: Path) -> None:
+    """A token at the largest integer can never be raised: one line naming it (exit 1)."""
+    state = StateDir.open(tmp_path / "state")
+    with SqliteLedger(state.ledger) as ledger:
+        ledger.record_thread("t", {"task": "x"}, {})
+        ledger.acquire_lease("t", "w:1", 30.0)
+    with sqlite3.connect(state.ledger) as conn:
+        conn.execute("UPDATE thread_leases SET token = 9223372036854775807")
+    with SqliteLedger(state.ledger) as ledger, pytest.raises(LedgerCorruptError, match="token"):
+        ledger.acquire_lease("t", "w:2", 30.0)
+    ran = eg("lease", "break", "--thread", "t", "--reason", "r", "--state-dir", str(state.root))
+    assert ran.code == 1 and "Traceback" not in ran.stderr and "token" in ran.stderr

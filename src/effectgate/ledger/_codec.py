@@ -400,12 +400,16 @@ def lease_expiry_range(expires_at: datetime) -> tuple[int, int]:
     return ms, ms
 
 
+_MAX_TOKEN = 2**63 - 1
+"""SQLite's and PostgreSQL's largest integer: a lease token there can never be raised."""
+
+
 def lease_from_row(row: Row) -> Lease:
     """Decode one lease row; an expiry out of ``datetime``'s range is clamped to it.
 
     Raises:
         LedgerCorruptError: a column holds a value of the wrong type, or a
-            token below 1.
+            token below 1 or at the largest integer (none could follow it).
     """
     thread = row["thread_id"]
 
@@ -418,6 +422,8 @@ def lease_from_row(row: Row) -> Lease:
     def token(value: Any) -> int:
         if _count(value) < 1:
             raise ValueError(f"expected a token >= 1, got {value!r}")
+        if int(value) >= _MAX_TOKEN:  # no next token could be stored: a damaged row
+            raise ValueError(f"token {value!r} leaves no room for the next holder's")
         return int(value)
 
     return Lease(
