@@ -247,7 +247,8 @@ def _print_pending(
             output.out.print(
                 escape(
                     f"thread {thread}: a call may have been under way when its run stopped; "
-                    f"{resume} looks its outcome up by idempotency key and runs nothing twice"
+                    f"{resume} settles it by its tool's contract (a lookup by idempotency "
+                    "key where the tool has one, a verdict otherwise) and runs nothing twice"
                 )
             )
         if any(op.state.value == _VERDICT for op in ops):

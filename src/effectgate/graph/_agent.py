@@ -373,11 +373,18 @@ class Agent:
             return
         blocking = [_pending_line(item) for item in pending if item.kind != "review"]
         if blocking or not supersede:
+            # A reconciliation is never superseded (its call may have taken
+            # effect): offer supersede only where it could help.
+            also = (
+                ""
+                if blocking
+                else "; or send with supersede=True (--supersede) to answer calls that never "
+                "started as superseded"
+            )
             raise ConfigError(
                 f"thread {thread_id!r} is waiting: {'; '.join(map(_pending_line, pending))}. "
-                "Answer it first (Agent.resume with decisions=/verdicts=, or effectgate resume "
-                f"--thread {thread_id}); or send with supersede=True (--supersede) to answer "
-                "calls that never started as superseded"
+                "Answer it first (Agent.resume with answers=, or effectgate resume "
+                f"--thread {thread_id}){also}"
             )
         self._supersede_plan(thread_id, pending)  # raises if one may have started
 
