@@ -126,8 +126,7 @@ def _endpoints(value: str | None, data_dir: Any) -> ServiceEndpoints | None:
     if not value:
         return None
     if value.strip() == "demo":
-        from effectgate.cli._runs import DEMO_ERROR_RATE
-        from effectgate.demo.services import read_error_rate
+        from effectgate.demo.services import DEMO_ERROR_RATE, read_error_rate
 
         services = DemoServices(data_dir)
         endpoints = services.start()

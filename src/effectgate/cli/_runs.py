@@ -71,8 +71,6 @@ DEMO_TASK = (
     "5 minutes; if it is above 5%, open a ticket, mail the on-call engineer with the ticket "
     "number, and write an incident note into the workspace."
 )
-DEMO_ERROR_RATE = 0.12
-"""The orders error rate a fresh demo world starts with (above the 5% threshold)."""
 
 LEASE_WAIT_S = 2.0
 """Seconds a command waits for a thread another live process holds before exiting 75."""
@@ -373,6 +371,8 @@ def _prepare_demo(error_rate: float | None, output: Output) -> Callable[[DemoSer
         # first demo killed between starting the services and storing the
         # rate, or an earlier `effectgate services`, must still get 0.12.
         if error_rate is not None or read_error_rate(services.data_dir, "orders") is None:
+            from effectgate.demo.services import DEMO_ERROR_RATE
+
             rate = DEMO_ERROR_RATE if error_rate is None else error_rate
             services.set_error_rate("orders", rate)
             output.progress(f"ticket service: orders error rate set to {rate}")

@@ -41,6 +41,8 @@ __all__ = ["DemoServices", "ServiceEndpoints", "read_mails", "read_tickets"]
 
 Service = Literal["tickets", "mail"]
 
+DEMO_ERROR_RATE = 0.12
+"""The orders error rate a fresh demo world starts with (above the incident's 5% threshold)."""
 TICKETS_DB = "tickets.sqlite3"
 MAIL_DB = "mail.sqlite3"
 ENDPOINTS_FILE = "endpoints.json"
