@@ -903,7 +903,7 @@ class Agent:
                 thread_id=thread_id,
                 status=RunStatus.INCOMPLETE,
                 operations=ops,
-                error="; ".join(errors) or None,
+                error="; ".join(errors) or _STOPPED_MID_STEP,
             )
         messages = snapshot.values.get("messages", [])
         return RunResult(
@@ -1126,6 +1126,12 @@ def _operation_ids(messages: Sequence[Any]) -> frozenset[str]:
         if isinstance(payload, dict) and isinstance(payload.get("operation_id"), str):
             ids.add(payload["operation_id"])
     return frozenset(ids)
+
+
+_STOPPED_MID_STEP = (
+    "a run stopped before finishing its step (killed or stopped): resume continues it"
+)
+"""Why a thread is incomplete when no task recorded an error (``RunResult.error``)."""
 
 
 def _waiting_result(
