@@ -1,4 +1,4 @@
-"""Imports run one way (STYLE §1): ledger and tools never pull in LangGraph or each other."""
+"""Imports run one way: ledger and tools never pull in LangGraph or each other."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The benchmark suite's own machinery: commit probes, the two systems, the summary.
 
-No timing is asserted anywhere (issue 8): these tests check that the probes
+No timing is asserted anywhere (timings vary by machine): these tests check that the probes
 count what SQLite really committed, that each benchmark step runs exactly one
 side effect in each system, and that the summary states verdicts honestly.
 """

@@ -1,4 +1,4 @@
-"""Issue 5 follow-up: model paths kept absolute, unknown ids refused, failures visible, docs."""
+"""CLI follow-ups: model paths kept absolute, unknown ids refused, failures visible, docs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every named seam has a crash test that kills a real process there (STYLE §8)."""
+"""Every named seam has a crash test that kills a real process there."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Kill a real worker process at every seam of DESIGN §7, resume in a new one, ask the oracle."""
+"""Kill a real worker process at every seam, resume in a new one, ask the oracle.
+
+The seams are listed in docs/architecture.md, "Seams (failpoints)".
+"""
 
 from __future__ import annotations
 
@@ -59,9 +62,9 @@ SEAMS = [
     # IN_FLIGHT but the call never left: UNKNOWN -> lookup "not found" -> same-key retry
     (f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@create_ticket", {"create_ticket": 2}, "keyed retry"),
     (f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@send_email", {"send_email": 2}, "not found is final"),
-    # seed 000: approved -> running for write_file; new attempt, exact bytes
+    # killed between claiming the attempt and writing the file: a new attempt, exact bytes
     (f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file", {"write_file": 2}, "idempotent retry"),
-    # the external system committed: reconciliation finds it, attempts stay 1 (seed 001 §4.6)
+    # the external system committed: reconciliation finds it, attempts stay 1
     (f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket", {"create_ticket": 1}, "found by key"),
     (f"{Failpoint.AFTER_EXTERNAL_COMMIT}@send_email", {"send_email": 1}, "found by Message-ID"),
     (f"{Failpoint.AFTER_EXTERNAL_COMMIT}@write_file", {"write_file": 2}, "same bytes again"),
@@ -104,7 +107,7 @@ def test_kill_at_seam_then_resume(
 def test_crash_left_in_flight_row_for_write_file(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 000: the kill leaves IN_FLIGHT, attempt 1; recovery answers the call once."""
+    """A kill after the claim leaves IN_FLIGHT, attempt 1; recovery answers the call once."""
     spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file"
     assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
     with SqliteLedger(state_dir.ledger) as ledger:

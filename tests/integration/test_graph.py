@@ -369,7 +369,7 @@ def test_malformed_model_output_becomes_error_messages(
 def test_unknown_outcome_parks_then_human_verdict(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 001 §4.8: timeout after commit, lookups down -> NEEDS_RECONCILIATION, then a verdict."""
+    """A timeout after the commit with lookups down -> NEEDS_RECONCILIATION, then a verdict."""
     services.set_fault("tickets", "ambiguous-unqueryable", delay_s=8)
     with make_agent(state_dir, services) as agent:
         result = agent.start(TASK, thread_id="t1")

@@ -117,7 +117,7 @@ def test_edit_onto_a_rejected_key_opens_a_fresh_operation(
 def test_failed_key_stays_failed_for_a_later_thread(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 001 §4.7: a ticket the service refused for good stays FAILED for a new run of
+    """A ticket the service refused for good stays FAILED for a new run of
     the same task (its stored outcome and budget hold until an explicit act): no ``#2``."""
     services.set_fault("tickets", "reject")
     with incident_agent(state_dir, services) as agent:

@@ -1,6 +1,6 @@
 """Threads written by an earlier effectgate still resume, replay and read back.
 
-The messages channel became a LangGraph ``DeltaChannel`` (issue 8). Its
+The messages channel became a LangGraph ``DeltaChannel``. Its
 on-disk form is beta, so this test keeps a real state directory written by
 effectgate 0.1.0 before that change (``tests/data/thread-0.1.0-add-messages``,
 made by ``tests/data/make_old_thread.py``; see its ``WRITTEN_BY``): thread

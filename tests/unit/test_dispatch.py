@@ -1,4 +1,7 @@
-"""The dispatch protocol against a real SQLite ledger and scripted tools (DESIGN §4, §6)."""
+"""The dispatch protocol against a real SQLite ledger and scripted tools.
+
+The protocol and the tool contracts are described in docs/architecture.md.
+"""
 
 from __future__ import annotations
 
@@ -188,14 +191,14 @@ def test_rejected_after_maybe_applied_attempt_is_not_failed(
 
 
 def test_rejected_first_time_fails_at_once(ledger: SqliteLedger, clock: FakeClock) -> None:
-    """Seed 001 §4.7: a permanent refusal is FAILED with no retry."""
+    """A permanent refusal is FAILED with no retry."""
     script = Script(calls=[raises(Rejected("no"))])
     d, call = make(ledger, clock, script, kind=EffectKind.KEYED)
     assert d.dispatch(call).status is DispatchStatus.FAILED and script.seen == [1]
 
 
 def test_reconcilable_found_keeps_attempt(ledger: SqliteLedger, clock: FakeClock) -> None:
-    """Seed 001 §4.5: unknown -> lookup finds it -> SUCCEEDED from the lookup, attempts 1."""
+    """Unknown -> lookup finds it -> SUCCEEDED from the lookup, attempts 1."""
     script = Script(calls=[raises(OutcomeUnknown("t/o"))], lookups=[Lookup.found({"id": 7}, "7")])
     d, call = make(
         ledger, clock, script, kind=EffectKind.KEYED, reconciler=True, budget=Budget(max_attempts=1)
@@ -206,7 +209,7 @@ def test_reconcilable_found_keeps_attempt(ledger: SqliteLedger, clock: FakeClock
 
 
 def test_lookup_unavailable_parks(ledger: SqliteLedger, clock: FakeClock) -> None:
-    """Seed 001 §4.8: lookup unavailable -> NEEDS_RECONCILIATION, no second submission."""
+    """Lookup unavailable -> NEEDS_RECONCILIATION, no second submission."""
     script = Script(calls=[raises(OutcomeUnknown("t/o"))], lookups=[Lookup.unavailable("503")])
     d, call = make(ledger, clock, script, kind=EffectKind.KEYED, reconciler=True)
     assert d.dispatch(call).status is DispatchStatus.NEEDS_RECONCILIATION

@@ -1,4 +1,4 @@
-"""Canonical JSON and the intent hash (DESIGN §2): examples and hypothesis laws."""
+"""Canonical JSON and the intent hash (docs/architecture.md, "Identities"): examples, laws."""
 
 from __future__ import annotations
 

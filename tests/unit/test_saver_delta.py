@@ -1,7 +1,7 @@
 """``StepDurableSaver.get_delta_channel_history`` gives upstream's answer for every checkpoint.
 
-The saver walks remembered lineage instead of deserializing every ancestor
-(issue 8). These tests build threads with two delta channels (snapshots every
+The saver walks remembered lineage instead of deserializing every ancestor.
+These tests build threads with two delta channels (snapshots every
 3 and every 5 updates), forks from old checkpoints and replays, and compare
 every checkpoint's history with ``SqliteSaver``'s own method on the same file:
 from the saver that wrote the thread (lineage remembered at ``put``), from a

@@ -144,7 +144,7 @@ def test_exports_are_sorted_and_public() -> None:
 
 
 def test_import_pulls_in_neither_ledger_nor_langgraph() -> None:
-    """import effectgate.tools loads no ledger, no langgraph and no langchain (STYLE §1)."""
+    """import effectgate.tools loads no ledger, no langgraph and no langchain."""
     code = (
         "import sys, effectgate.tools\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('langgraph', 'langchain_core')"

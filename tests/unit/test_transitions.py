@@ -12,8 +12,9 @@ from effectgate.ledger import TERMINAL, TRANSITIONS, UNFINISHED, OpState, check_
 
 S = OpState
 
-# Written out independently of _model.TRANSITIONS (DESIGN §3 plus the four
-# documented departures), so that an edit to the table fails here.
+# Written out independently of _model.TRANSITIONS (docs/architecture.md,
+# "Operation states"; four pairs are explained in the TRANSITIONS docstring),
+# so that an edit to the table fails here.
 ALLOWED = {
     (S.PROPOSED, S.APPROVED),
     (S.PROPOSED, S.REJECTED),
@@ -41,7 +42,7 @@ REFUSED = [pair for pair in ALL_PAIRS if pair not in ALLOWED]
 
 
 def test_the_states_are_exactly_the_nine_of_the_issue() -> None:
-    """OpState has the nine states of DESIGN §3, spelled as stored."""
+    """OpState has the nine operation states, spelled as stored."""
     assert [s.value for s in OpState] == [
         "PROPOSED",
         "APPROVED",

@@ -72,7 +72,7 @@ TRANSITIONS: Mapping[OpState, frozenset[OpState]] = {
 }
 """Allowed ``src -> dst`` pairs; docs/architecture.md explains each.
 
-Four pairs are forced by rules elsewhere in the design:
+Four pairs are forced by other rules of the protocol:
 ``APPROVED -> PROPOSED`` (an expired approval goes back to review),
 ``APPROVED -> FAILED`` (deadline passed before any attempt: known not applied),
 ``UNKNOWN -> FAILED`` (a reconciler answered "not found" and that is final, but

@@ -1,6 +1,6 @@
-"""Seed 004 §05, the fault-injection table ("在每个持久化缝隙主动拔电源"), row by row.
+"""A fault-injection table (pull the plug at every persistence seam), row by row.
 
-| seed 004 row                               | here                                                |
+| fault                                      | here                                                |
 |--------------------------------------------|-----------------------------------------------------|
 | crash before the tool is sent              | worker killed after review / after IN_FLIGHT;       |
 |                                            | an expired approval is not executed                 |
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from tests.answers._bind import bound
-from tests.conformance._seedkit import (
+from tests.conformance._experiments import (
     ALERT,
     BODY,
     TICKET_OP,
@@ -80,7 +80,7 @@ def test_crash_before_the_tool_is_sent(
     attempts: int,
     tickets: int,
 ) -> None:
-    """Seed 004 §05 row 1: killed before sending -> at most one effect, and only if approved."""
+    """Killed before sending -> at most one effect, and only if approved."""
     model = script_model(tmp_path, ticket_script())
     assert run_worker(state_dir, "t1", model=model, failpoint=failpoint).returncode == EXIT_CODE
     assert services.stats("tickets")["create_requests"] == 0
@@ -93,7 +93,7 @@ def test_crash_before_the_tool_is_sent(
 
 
 def test_expired_approval_is_not_executed(services: DemoServices, state_dir: StateDir) -> None:
-    """Seed 004 §05 row 1: an approval that expired before dispatch runs nothing; asked again."""
+    """Crash before sending: an approval that expired before dispatch runs nothing; asked again."""
     clock = FakeClock()
     policy = Policy(approval_ttl=timedelta(minutes=5))
     url = services.endpoints.ticket_url
@@ -117,7 +117,7 @@ def test_expired_approval_is_not_executed(services: DemoServices, state_dir: Sta
 
 
 def test_expired_approval_refused_by_the_dispatcher(services: DemoServices, tmp_path: Path) -> None:
-    """Seed 004 §05 row 1, in the dispatcher: an expired approval is withdrawn, nothing runs."""
+    """Crash before sending, in the dispatcher: an expired approval is withdrawn, nothing runs."""
     clock = FakeClock()
     spec = create_ticket_spec(services.endpoints.ticket_url)
     call = effect_call(spec, TICKET_ARGS)
@@ -140,7 +140,7 @@ def test_expired_approval_refused_by_the_dispatcher(services: DemoServices, tmp_
 def test_crash_after_remote_success_before_the_receipt(
     services: DemoServices, state_dir: StateDir, tool: str
 ) -> None:
-    """Seed 004 §05 row 2: UNKNOWN, then reconciled; no second ticket or mail."""
+    """Remote success, receipt not written: UNKNOWN, then reconciled; no second ticket or mail."""
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@{tool}"
     assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
     with SqliteLedger(state_dir.ledger) as ledger:
@@ -163,7 +163,7 @@ def test_crash_after_remote_success_before_the_receipt(
 def test_crash_after_the_receipt_before_the_state_update(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 004 §05 row 3: the ledger has the receipt, the checkpoint not -> reused, no call."""
+    """Receipt written, state not reduced: in the ledger, not the checkpoint -> reused, no call."""
     model = script_model(tmp_path, ticket_script())
     spec = f"{Failpoint.AFTER_LEDGER_RESULT}@create_ticket"
     assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == EXIT_CODE
@@ -186,7 +186,7 @@ def test_crash_after_the_receipt_before_the_state_update(
 
 
 def test_unavailable_backs_off_within_a_budget(services: DemoServices, state_dir: StateDir) -> None:
-    """Seed 004 §05 row 4: 503 + Retry-After -> waits that honour it, 3 attempts, then FAILED."""
+    """Retryable fault: 503 + Retry-After -> waits that honour it, 3 attempts, then FAILED."""
     services.set_fault("tickets", "unavailable", retry_after_s=2)
     clock = FakeClock()
     policy = Policy(budget=Budget(max_attempts=3, backoff_base_s=0.5, backoff_cap_s=30))
@@ -210,7 +210,7 @@ def test_unavailable_backs_off_within_a_budget(services: DemoServices, state_dir
 def test_lost_answers_exhaust_the_budget_without_claiming_failure(
     services: DemoServices, tmp_path: Path, max_attempts: int, state: OpState | None
 ) -> None:
-    """Seed 004 §05 row 4: answers lost after the commit; a spent budget is NEEDS_RECONCILIATION."""
+    """Retryable fault: answers lost after the commit; a spent budget is NEEDS_RECONCILIATION."""
     services.set_fault("tickets", "reset-after-commit", times=max_attempts)
     # create_ticket without its lookup: after a lost answer, only a same-key replay is safe.
     spec = dataclasses.replace(create_ticket_spec(services.endpoints.ticket_url), reconciler=None)
@@ -234,7 +234,7 @@ def test_lost_answers_exhaust_the_budget_without_claiming_failure(
 def test_version_change_while_the_review_is_pending(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 004 §05 row 5: v1 shown for review, v2 deployed, reviewer approves -> nothing runs."""
+    """New tool version: v1 shown for review, v2 deployed, reviewer approves -> nothing runs."""
     url = services.endpoints.ticket_url
     with ticket_agent(state_dir.root, url, version="1") as v1:
         pending = v1.start("task", thread_id="t1")
@@ -254,7 +254,7 @@ def test_version_change_while_the_review_is_pending(
 def test_version_change_after_approval_refuses_the_old_approval(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 004 §05 row 5: approved under v1, resumed under v2 -> the approval is not used."""
+    """New tool version: approved under v1, resumed under v2 -> the approval is not used."""
     url = services.endpoints.ticket_url
     with ticket_agent(state_dir.root, url, version="1") as v1:
         approve_but_stop_before_effects(v1, "t1", v1.start("task", thread_id="t1"))
@@ -275,7 +275,7 @@ def test_version_change_after_approval_refuses_the_old_approval(
 def test_version_change_after_approval_answers_the_call_as_not_executed(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 004 §05 row 5: the v1 call is refused and answered; the thread can finish."""
+    """New tool version: the v1 call is refused and answered; the thread can finish."""
     url = services.endpoints.ticket_url
     with ticket_agent(state_dir.root, url, version="1") as v1:
         approve_but_stop_before_effects(v1, "t1", v1.start("task", thread_id="t1"))
@@ -298,7 +298,7 @@ def test_version_change_after_approval_answers_the_call_as_not_executed(
 def test_two_workers_on_one_thread(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 004 §05 row 6: two workers start one thread; one runs it, one ticket."""
+    """Two workers start one thread; one runs it, one ticket."""
     services.set_fault("tickets", "slow", delay_s=1.0)
     model = script_model(tmp_path, ticket_script())
     cmd = worker_cmd(state_dir, "t1", "--model", model)
@@ -318,7 +318,7 @@ def test_two_workers_on_one_thread(
 def test_killed_worker_is_taken_over_and_its_attempt_reconciled_first(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 004 §05 row 6: the old attempt is marked UNKNOWN before the new worker acts."""
+    """Two workers: the old attempt is marked UNKNOWN before the new worker acts."""
     services.set_fault("tickets", "slow", delay_s=1.5)
     model = script_model(tmp_path, ticket_script())
     old = subprocess.Popen(

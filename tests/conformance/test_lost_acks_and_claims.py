@@ -1,6 +1,6 @@
-"""Seed 002 (reliable execution, part 1): lost acknowledgements, racing claimers, stale acks.
+"""Lost acknowledgements, racing claimers, stale acks, and a system with no idempotency.
 
-Where the seed shows a naive approach failing, the naive path is written out
+Where a naive approach fails, the naive path is written out
 here on purpose (a retry loop with a new key per attempt; an outbox marked done
 before sending) and its bad outcome is asserted next to effectgate's. Process
 deaths are real: a subprocess exits through a failpoint or ``os._exit``.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conformance._seedkit import (
+from tests.conformance._experiments import (
     ALERT,
     BODY,
     REPO,
@@ -64,7 +64,7 @@ TICKET_ARGS = {"title": TITLE, "body": BODY, "alert_id": ALERT}
 def test_lost_ack_naive_sender_duplicates_effectgate_does_not(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 002 §4 (naive_lost_ack vs idempotent_lost_ack): committed, then the ack is lost."""
+    """A naive retry vs an idempotent one: committed, then the ack is lost."""
     url = services.endpoints.ticket_url
     spec = create_ticket_spec(url)
     args = spec.normalize({**TICKET_ARGS, "alert_id": "naive-alert"})
@@ -97,7 +97,7 @@ def test_lost_ack_naive_sender_duplicates_effectgate_does_not(
 def test_marking_done_before_sending_loses_the_task(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 002 §4 (mark_before_send_loses_task): naive loses it; IN_FLIGHT keeps it."""
+    """An outbox marked done before sending: naive loses it; IN_FLIGHT keeps it."""
     url = services.endpoints.ticket_url
     outbox = tmp_path / "outbox.sqlite3"
     with contextlib.closing(sqlite3.connect(outbox)) as conn, conn:
@@ -150,7 +150,7 @@ def _kill_ticket_server(services: DemoServices) -> None:
 def test_receiver_exits_after_writing_a_complete_response(
     services: DemoServices, tmp_path: Path
 ) -> None:
-    """Seed 002 §4 (after_response_write): the receiver dies after answering; the answer counts."""
+    """The receiver dies after answering; the answer counts."""
     real = create_ticket_spec(services.endpoints.ticket_url)
     seen: dict[str, bool] = {}
 
@@ -187,7 +187,7 @@ def test_sender_dies_after_receiving_before_recording(
     attempts: int,
     requests: int,
 ) -> None:
-    """Seed 002 §4 (after_response_before_ack): recovery uses the original key; one ticket."""
+    """Killed after the response, before the ack: recovery uses the original key; one ticket."""
     model = script_model(tmp_path, ticket_script())
     args = runner_args(state_dir, "t1", model) + (["--keyed-only"] if keyed_only else [])
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket"
@@ -208,7 +208,7 @@ def test_sender_dies_after_receiving_before_recording(
 def test_eight_processes_race_to_claim_one_operation(
     services: DemoServices, tmp_path: Path
 ) -> None:
-    """Seed 002 §5: 8 processes claim the same operation at once; exactly one wins and sends."""
+    """8 processes claim the same operation at once; exactly one wins and sends."""
     url = services.endpoints.ticket_url
     ledger_path = tmp_path / "ledger.sqlite3"
     spec = create_ticket_spec(url)
@@ -246,7 +246,7 @@ def test_eight_processes_race_to_claim_one_operation(
 
 
 def test_eight_concurrent_receivers_of_one_request(services: DemoServices) -> None:
-    """Seed 002 §5: one request delivered 8 times at once -> 1 ticket, 8 identical answers."""
+    """One request delivered 8 times at once -> 1 ticket, 8 identical answers."""
     spec = create_ticket_spec(services.endpoints.ticket_url)
     args = spec.normalize(TICKET_ARGS)
     ctx = ToolContext(operation_id=TICKET_OP, thread_id="t1", tool_call_id="c1", attempt=1)
@@ -265,7 +265,7 @@ def test_eight_concurrent_receivers_of_one_request(services: DemoServices) -> No
 
 
 def test_stale_attempts_late_ack_is_refused(services: DemoServices, tmp_path: Path) -> None:
-    """Seed 002 §5: a fenced-off attempt answers late; its acknowledgement is refused."""
+    """A fenced-off attempt answers late; its acknowledgement is refused."""
     real = create_ticket_spec(services.endpoints.ticket_url)
     entered, release = threading.Event(), threading.Event()
 
@@ -319,7 +319,7 @@ def test_stale_attempts_late_ack_is_refused(services: DemoServices, tmp_path: Pa
 def test_non_idempotent_external_ledger_stays_unknown(
     tmp_path: Path, failpoint: Failpoint, rows_at_crash: int
 ) -> None:
-    """Seed 002 §6: no key, no lookup -> left for a human, not retried; a forced replay makes 2."""
+    """No key, no lookup -> left for a human, not retried; a forced replay makes 2."""
     db, path = tmp_path / "external.sqlite3", tmp_path / "ledger.sqlite3"
     spec = external_ledger_tool(db)
     raw = {"entry": "refund order 42"}

@@ -1,10 +1,12 @@
-"""Seed 001 §4.4-4.10: the ticket experiments, run on effectgate against the demo ticket service.
+"""The ticket experiments: one ``create_ticket`` write under injected faults.
 
-Each test names its section of seed 001 ("如何让 Agent 可靠运行") and asserts the
-seed's expected outcome twice: on the ticket service's own SQLite rows (and its
-request counter), and on the ledger (state, attempts, transitions). The seed's
-scenario flag maps onto a ``DemoServices`` fault; its "max attempts" is the
-graph's ``Policy(budget=Budget(max_attempts=N))``; its process exit is a real
+Each experiment creates one ticket on the demo ticket service while something
+goes wrong (a lost answer, a crash after the remote commit, a 503, a business
+rejection, an unreachable lookup, a reused operation id, a deadline) and
+asserts the expected outcome twice: on the ticket service's own SQLite rows (and
+its request counter), and on the ledger (state, attempts, transitions). Each
+fault is a ``DemoServices`` fault; the "max attempts" of an experiment is the
+graph's ``Policy(budget=Budget(max_attempts=N))``; a process exit is a real
 worker process killed at a failpoint.
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 from tests.answers._bind import bound
-from tests.conformance._seedkit import (
+from tests.conformance._experiments import (
     ALERT,
     BODY,
     HOLD_S,
@@ -61,7 +63,7 @@ def _claims(trail: Sequence[tuple[Any, ...]]) -> int:
 def test_4_4_normal_run_twice_reuses_the_result(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 001 §4.4: run twice -> one ticket, attempts 1; the second run reuses the result."""
+    """Run twice -> one ticket, attempts 1; the second run reuses the result."""
     model = script_model(tmp_path, ticket_script())
     assert run_worker(state_dir, "run-1", model=model).returncode == 0
     # The very same command again, then a new run of the same task (same alert).
@@ -87,7 +89,7 @@ def test_4_4_normal_run_twice_reuses_the_result(
 def test_4_5_timeout_after_commit_settles_from_the_receipt(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 001 §4.5: lost response, max attempts 1 -> IN_FLIGHT, UNKNOWN, SUCCEEDED; one ticket."""
+    """Lost response, max attempts 1 -> IN_FLIGHT, UNKNOWN, SUCCEEDED; one ticket."""
     services.set_fault("tickets", "timeout-after-commit", delay_s=HOLD_S)
     policy = Policy(budget=Budget(max_attempts=1))
     with ticket_agent(state_dir.root, services.endpoints.ticket_url, policy=policy) as agent:
@@ -111,7 +113,7 @@ def test_4_5_timeout_after_commit_settles_from_the_receipt(
 def test_4_6_crash_after_commit_recovers_in_a_new_process(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 001 §4.6: the agent dies after the remote commit; a new process finds the ticket."""
+    """The agent dies after the remote commit; a new process finds the ticket."""
     model = script_model(tmp_path, ticket_script())
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket"
     crashed = run_worker(state_dir, "t1", model=model, failpoint=spec)
@@ -137,7 +139,7 @@ def test_4_6_crash_after_commit_recovers_in_a_new_process(
 def test_4_7_transient_once_retries_after_a_backoff(
     services: DemoServices, state_dir: StateDir, retry_after_s: int, floor_s: float
 ) -> None:
-    """Seed 001 §4.7: one refusal (503) -> RETRY_WAIT with a backoff, 2 attempts, one ticket."""
+    """One refusal (503) -> RETRY_WAIT with a backoff, 2 attempts, one ticket."""
     services.set_fault("tickets", "transient-once", retry_after_s=retry_after_s)
     clock = FakeClock()
     base_s = 0.2
@@ -165,7 +167,7 @@ def test_4_7_transient_once_retries_after_a_backoff(
 def test_4_7_unavailable_exhausts_the_budget_and_a_restart_keeps_it(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 001 §4.7: unavailable, max attempts 2 -> FAILED, 0 tickets; a max of 99 later: same."""
+    """Unavailable, max attempts 2 -> FAILED, 0 tickets; a max of 99 later: same."""
     services.set_fault("tickets", "unavailable", retry_after_s=0)
     policy = Policy(budget=Budget(max_attempts=2, backoff_base_s=0.05))
     with ticket_agent(state_dir.root, services.endpoints.ticket_url, policy=policy) as agent:
@@ -199,7 +201,7 @@ def test_4_7_unavailable_exhausts_the_budget_and_a_restart_keeps_it(
 def test_4_7_reject_fails_at_once_without_retry(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 001 §4.7: a business rejection (422) -> FAILED at once, no retry, 0 tickets."""
+    """A business rejection (422) -> FAILED at once, no retry, 0 tickets."""
     services.set_fault("tickets", "reject")
     with ticket_agent(state_dir.root, services.endpoints.ticket_url) as agent:
         result = run_approving(agent, "t1")
@@ -218,7 +220,7 @@ def test_4_7_reject_fails_at_once_without_retry(
 def test_4_8_ambiguous_unqueryable_stops_for_reconciliation(
     services: DemoServices, state_dir: StateDir, tmp_path: Path
 ) -> None:
-    """Seed 001 §4.8: lost answer + no lookup -> NEEDS_RECONCILIATION, exit 3, the oracle sees 1."""
+    """Lost answer + no lookup -> NEEDS_RECONCILIATION, exit 3, the oracle sees 1."""
     services.set_fault("tickets", "ambiguous-unqueryable", delay_s=HOLD_S)
     model = script_model(tmp_path, ticket_script())
     first = run_worker(state_dir, "t1", model=model)
@@ -254,7 +256,7 @@ def test_4_8_ambiguous_unqueryable_stops_for_reconciliation(
 def test_4_9_same_operation_with_another_title_is_a_conflict(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 001 §4.9: the same operation id with another title is refused, never executed."""
+    """The same operation id with another title is refused, never executed."""
     url = services.endpoints.ticket_url
     with ticket_agent(state_dir.root, url) as agent:
         assert run_approving(agent, "t1").status is RunStatus.DONE
@@ -301,7 +303,7 @@ def test_4_9_same_operation_with_another_title_is_a_conflict(
 def test_4_9_a_new_operation_id_creates_a_second_ticket(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Seed 001 §4.9: a genuinely new ticket takes a new operation id -> 2 tickets."""
+    """A genuinely new ticket takes a new operation id -> 2 tickets."""
     url = services.endpoints.ticket_url
     with ticket_agent(state_dir.root, url) as agent:
         assert run_approving(agent, "t1").status is RunStatus.DONE
@@ -322,7 +324,7 @@ def test_4_9_a_new_operation_id_creates_a_second_ticket(
 def test_4_10_a_sent_write_is_confirmed_after_the_deadline(
     services: DemoServices, tmp_path: Path
 ) -> None:
-    """Seed 001 §4.10: the deadline stops new submissions, not the confirmation of a sent one."""
+    """The deadline stops new submissions, not the confirmation of a sent one."""
     services.set_fault("tickets", "timeout-after-commit", delay_s=HOLD_S)
     spec = create_ticket_spec(services.endpoints.ticket_url)
     call = effect_call(spec, {"title": TITLE, "body": BODY, "alert_id": ALERT})

@@ -1,14 +1,14 @@
-"""Shared helpers for the seed conformance tests (issue 6, "Seed scenario conformance").
+"""Shared helpers for the conformance experiments.
 
-The seeds (``/work/shared/seeds/``) describe experiments on one write, creating a
-ticket, under injected faults. These helpers build the same experiment on
-effectgate's public API: a scripted model that proposes ``create_ticket`` once,
-agents and dispatchers wired to the demo ticket service, and small entry points
-(``*_main``) that tests run in a *new Python process* so that a crash is a real
-process death (``os._exit`` through a failpoint), never an exception.
+The experiments perform one write, creating a ticket, under injected faults.
+These helpers build that experiment on effectgate's public API: a scripted
+model that proposes ``create_ticket`` once, agents and dispatchers wired to
+the demo ticket service, and small entry points (``*_main``) that tests run in
+a *new Python process* so that a crash is a real process death (``os._exit``
+through a failpoint), never an exception.
 
 Subprocess entry points are run as
-``python -c "from tests.conformance._seedkit import X; X()" ARGS`` from the
+``python -c "from tests.conformance._experiments import X; X()" ARGS`` from the
 repository root (see ``py_cmd``); they import only the public API.
 """
 
@@ -56,7 +56,7 @@ def ticket_script(*, title: str = TITLE, alert_id: str | None = ALERT) -> dict[s
     if alert_id is not None:
         args["alert_id"] = alert_id
     return {
-        "name": "seed-ticket",
+        "name": "conformance-ticket",
         "turns": [
             {"say": "Opening a ticket.", "tool_calls": [{"name": "create_ticket", "args": args}]},
             {"say": "Ticket TICKET-{{ result.create_ticket.ticket_id }} is open."},
@@ -95,7 +95,7 @@ class EntryArgs(BaseModel):
 
 
 def external_ledger_tool(db: Path) -> ToolSpec:
-    """An UNSAFE tool over an external ledger with no idempotency protocol (seed 002 §6).
+    """An UNSAFE tool over an external ledger with no idempotency protocol.
 
     Each call appends one row to ``db``; the system offers no key and no lookup,
     so a repeat always adds another row.
@@ -164,7 +164,7 @@ def decisions(result: Any, kind: str = "approve") -> dict[str, Any]:
     """A review answer giving ``kind`` to every call of the pending review interrupt."""
     (pending,) = result.interrupts
     n = len(pending.value["action_requests"])
-    return {"decisions": [{"type": kind} for _ in range(n)], "reviewer": "seed-test"}
+    return {"decisions": [{"type": kind} for _ in range(n)], "reviewer": "conformance-test"}
 
 
 def run_approving(agent: Any, thread: str, task: str = TASK) -> Any:
@@ -256,7 +256,7 @@ def approve(
                 tool_call_id=call.tool_call_id,
                 decision="approve",
                 intent_hash=call.intent_hash,
-                reviewer="seed-test",
+                reviewer="conformance-test",
                 decided_at=now,
                 expires_at=expires_at,
             )
@@ -269,15 +269,15 @@ def approve(
 
 
 def py_cmd(entry: str, *args: str) -> list[str]:
-    """The command line running ``_seedkit.<entry>()`` in a new interpreter."""
-    code = f"import sys; from tests.conformance._seedkit import {entry}; sys.exit({entry}())"
+    """The command line running ``_experiments.<entry>()`` in a new interpreter."""
+    code = f"import sys; from tests.conformance._experiments import {entry}; sys.exit({entry}())"
     return [sys.executable, "-c", code, *args]
 
 
 def run_py(
     entry: str, *args: str, failpoint: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``_seedkit.<entry>()`` in a new interpreter and wait for it (60 s at most)."""
+    """Run ``_experiments.<entry>()`` in a new interpreter and wait for it (60 s at most)."""
     return subprocess.run(
         py_cmd(entry, *args),
         cwd=REPO,
@@ -353,7 +353,7 @@ def dispatch_main(argv: Sequence[str] | None = None) -> int:
 
     ``--die-before-replace`` kills the process (``os._exit(137)``) when
     ``write_file`` has written and fsync'd its temp file but not yet renamed it
-    (seed 003: between the temporary receipt and the atomic replace).
+    (between the temporary receipt and the atomic replace).
     """
     from effectgate.tools import file_tools
 
@@ -439,7 +439,7 @@ def claim_main(argv: Sequence[str] | None = None) -> int:
 
 
 def naive_sender_main(argv: Sequence[str] | None = None) -> int:
-    """A deliberately naive sender (seed 002): mark the task done, *then* send it.
+    """A deliberately naive sender: mark the task done, *then* send it.
 
     Its outbox is one SQLite table ``tasks(task_id, status)``. With
     ``--die-after-mark`` the process exits (``os._exit(70)``) between the two

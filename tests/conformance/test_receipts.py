@@ -1,10 +1,10 @@
-"""Seed 003 (回执 / call_id): crashes around the receipt, and receipts that are not ours.
+"""Receipts (per-call results): crashes around the receipt, and receipts that are not ours.
 
-The seed writes a receipt per call (temp file, fsync, atomic replace) and
-checks its identity when reading it back. In effectgate the receipt lives in
+A receipt is written once per call (temp file, fsync, atomic replace) and its
+identity is checked when it is read back. In effectgate the receipt lives in
 the ledger row, and the artefacts are the external system's rows and the
-workspace's bytes; each test kills a real process at the seed's point and
-checks both.
+workspace's bytes; each test kills a real process at one point around the
+receipt and checks both.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tests.conformance._seedkit import (
+from tests.conformance._experiments import (
     ALERT,
     BODY,
     TICKET_OP,
@@ -62,7 +62,7 @@ def test_crash_between_tool_done_and_receipt_written(
     exit_code: int,
     source: str,
 ) -> None:
-    """Seed 003 §3: the tool finished, the receipt was never written -> query, else a human."""
+    """The tool finished, the receipt was never written -> query, else a human."""
     model = script_model(tmp_path, ticket_script())
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket"
     assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == EXIT_CODE
@@ -99,7 +99,7 @@ def _visible_files(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.crash
 def test_crash_between_temp_receipt_and_atomic_replace(tmp_path: Path) -> None:
-    """Seed 003 §4: killed after the temp file, before the rename -> completes, one artefact."""
+    """Killed after the temp file, before the rename -> completes, one artefact."""
     workspace, path = tmp_path / "workspace", tmp_path / "ledger.sqlite3"
     workspace.mkdir()
     raw = {"path": NOTE, "content": NOTE_TEXT}
@@ -140,7 +140,7 @@ def _two_settled_tickets(services: DemoServices, path: Path) -> tuple[EffectCall
 def test_receipt_with_another_identity_is_refused_when_recorded(
     services: DemoServices, tmp_path: Path
 ) -> None:
-    """Seed 003 §2: a receipt naming another operation or intent cannot be recorded."""
+    """A receipt naming another operation or intent cannot be recorded."""
     spec = create_ticket_spec(services.endpoints.ticket_url)
     call = effect_call(spec, {"title": TITLE, "body": BODY, "alert_id": ALERT})
     with SqliteLedger(tmp_path / "ledger.sqlite3") as ledger:
@@ -179,7 +179,7 @@ def test_receipt_with_another_identity_is_refused_when_recorded(
 def test_stored_receipt_of_another_operation_is_refused_on_read(
     services: DemoServices, tmp_path: Path
 ) -> None:
-    """Seed 003 §2: a stored receipt swapped in from another operation is never handed out."""
+    """A stored receipt swapped in from another operation is never handed out."""
     path = tmp_path / "ledger.sqlite3"
     first, second = _two_settled_tickets(services, path)
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
