@@ -332,24 +332,17 @@ def _prepare_one(
     policy_approves = not spec.needs_review or spec.name in policy.auto_approve
     flagged = dup is not None or bool(conflict) or repeat is not None or replaced_by is not None
     auto = settled or (policy_approves and spec.kind is not EffectKind.UNSAFE and not flagged)
-    if not settled and len(rejected) >= policy.max_repeats_after_reject:
-        return Prepared(
-            call=call,
-            spec=spec,
-            args=args,
-            request=request,
-            config=ReviewConfig(action_name=spec.name, allowed_decisions=allowed),
-            auto=False,
-            refused_repeat=repeat,
-        )
+    # Proposed again past the cap after rejections: refused without asking.
+    refused = not settled and len(rejected) >= policy.max_repeats_after_reject
     return Prepared(
         call=call,
         spec=spec,
         args=args,
         request=request,
         config=ReviewConfig(action_name=spec.name, allowed_decisions=allowed),
-        auto=auto,
+        auto=auto and not refused,
         settled=settled,
+        refused_repeat=repeat if refused else None,
     )
 
 
