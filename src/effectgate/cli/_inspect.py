@@ -68,7 +68,8 @@ def _existing(path: Path) -> StateDir:
 
 
 @contextlib.contextmanager
-def _ledger(sd: StateDir) -> Iterator[Ledger | None]:
+def ledger_if_any(sd: StateDir) -> Iterator[Ledger | None]:
+    """The state's ledger (SQLite file or PostgreSQL store), or ``None`` if it has none yet."""
     if not sd.has_ledger():
         yield None
         return
@@ -116,7 +117,7 @@ def _statuses(sd: StateDir, records: list[ThreadRecord]) -> list[tuple[ThreadRec
 def threads(state_dir: Path, output: Output) -> int:
     """List every thread with its status, and why an incomplete one is."""
     sd = _existing(state_dir)
-    with _ledger(sd) as ledger:
+    with ledger_if_any(sd) as ledger:
         records = _thread_records(ledger)
         gone = deleted_threads(ledger) if ledger is not None else {}
     live = [r for r in records if r.thread_id not in gone]
@@ -162,7 +163,7 @@ def _status_text(status: str, why: str | None) -> str:
 def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
     """Show everything awaiting review or reconciliation."""
     sd = _existing(state_dir)
-    with _ledger(sd) as ledger:
+    with ledger_if_any(sd) as ledger:
         records = _thread_records(ledger)
         ops = (
             ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES))
@@ -283,7 +284,7 @@ def ledger_list(
         except ValueError as exc:
             known = ", ".join(OpState)
             raise ConfigError(f"unknown state {state!r}; states: {known}") from exc
-    with _ledger(sd) as ledger:
+    with ledger_if_any(sd) as ledger:
         _check_ids(ledger, sd, thread_id=thread_id, operation_id=None)
         if tool is not None and (ledger is None or not ledger.list(tool=tool)):
             # Like an unknown --thread: a filter naming nothing is a typo, not an empty answer.
@@ -303,7 +304,7 @@ def ledger_list(
 def ledger_show(state_dir: Path, output: Output, *, operation_id: str) -> int:
     """Show one operation in full, with its approvals and events."""
     sd = _existing(state_dir)
-    with _ledger(sd) as ledger:
+    with ledger_if_any(sd) as ledger:
         op = ledger.get(operation_id) if ledger is not None else None
         if ledger is None or op is None:
             raise ConfigError(f"unknown operation {operation_id!r} in {sd.root}")
@@ -325,7 +326,7 @@ def ledger_show(state_dir: Path, output: Output, *, operation_id: str) -> int:
 def ledger_stats(state_dir: Path, output: Output) -> int:
     """Show health figures computed from the ledger."""
     sd = _existing(state_dir)
-    with _ledger(sd) as ledger:
+    with ledger_if_any(sd) as ledger:
         if ledger is None:
             raise ConfigError(f"{sd.root} has no ledger yet")
         metrics = ledger.metrics()
@@ -341,7 +342,7 @@ def ledger_events(
 ) -> int:
     """Show the audit trail in append order."""
     sd = _existing(state_dir)
-    with _ledger(sd) as ledger:
+    with ledger_if_any(sd) as ledger:
         _check_ids(ledger, sd, thread_id=thread_id, operation_id=operation_id)
         events = (
             ledger.events(operation_id=operation_id, thread_id=thread_id)
@@ -379,7 +380,7 @@ def reconcile(
     if (succeeded is None) == (not failed):
         raise ConfigError("give exactly one of --succeeded REF or --failed")
     sd = _existing(state_dir)
-    with _ledger(sd) as ledger:
+    with ledger_if_any(sd) as ledger:
         op = ledger.get(operation_id) if ledger is not None else None
         if ledger is None or op is None:
             raise DecisionError(f"unknown operation {operation_id!r} in {sd.root}")

@@ -36,6 +36,7 @@ __all__ = ["explained", "recovery_lines"]
 def _ledger(state_dir: Path) -> Iterator[Ledger | None]:
     """The state directory's ledger; ``None`` if there is none or it is not ours (untouched)."""
     from effectgate._app import StateDir
+    from effectgate.cli._inspect import ledger_if_any
     from effectgate.errors import ConfigError
 
     try:
@@ -43,14 +44,8 @@ def _ledger(state_dir: Path) -> Iterator[Ledger | None]:
     except ConfigError:
         yield None
         return
-    if not sd.has_ledger():
-        yield None
-        return
-    ledger = sd.open_ledger()
-    try:
+    with ledger_if_any(sd) as ledger:
         yield ledger
-    finally:
-        ledger.close()
 
 
 def _mark(state_dir: Path) -> int:
