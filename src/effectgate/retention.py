@@ -42,7 +42,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -213,12 +213,15 @@ def refuse_deleted(ledger: Ledger, thread_id: str) -> None:
 
 
 def prune(agent: Agent, policy: PrunePolicy, *, dry_run: bool = False) -> PruneReport:
-    """Apply ``policy`` to the agent's checkpoint file and ledger.
+    """Apply ``policy`` to the agent's checkpoints and ledger.
 
     Args:
-        agent: an agent over the state to prune; its checkpointer must be a
-            ``SqliteSaver`` (``StepDurableSaver``) and its ledger an SQLite one
-            for the sizes and the VACUUM.
+        agent: an agent over the state to prune. Its checkpointer is a
+            ``SqliteSaver`` (``StepDurableSaver``: the file's sizes, a WAL
+            checkpoint and a VACUUM end the run) or a ``PostgresSaver``
+            (``StepDurablePostgresSaver``: ``pg_total_relation_size`` of the
+            tables before and after, and a VACUUM of the touched tables);
+            its ledger an SQLite or a PostgreSQL one.
         policy: what to remove (``PrunePolicy``).
         dry_run: report what would go and touch nothing.
 
@@ -226,52 +229,196 @@ def prune(agent: Agent, policy: PrunePolicy, *, dry_run: bool = False) -> PruneR
         The ``PruneReport``.
 
     Raises:
-        ConfigError: the policy is impossible, or the agent's saver is not an SQLite one.
+        ConfigError: the policy is impossible, or the agent's saver is neither
+            an SQLite nor a PostgreSQL one.
     """
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     policy.check()
-    saver = agent.graph.checkpointer
-    if not isinstance(saver, SqliteSaver):
-        raise ConfigError("prune needs an SQLite checkpointer (StepDurableSaver)")
+    store = _checkpoint_store(agent)
     started = time.perf_counter()
-    files = _files(saver, agent.ledger)
     report = PruneReport(dry_run=dry_run)
-    before = {name: _disk_bytes(path) for name, path in files.items()}
+    before = store.sizes()
     now = agent.ledger.clock.now()
-    victims = _threads_to_delete(agent, saver, policy, now, report)
+    victims = _threads_to_delete(agent, store, policy, now, report)
     for thread_id, reason in victims.items():
         _delete_thread(
-            agent, saver, thread_id, reason=reason, policy=policy, report=report, dry_run=dry_run
+            agent, store, thread_id, reason=reason, policy=policy, report=report, dry_run=dry_run
         )
     if policy.keep_last is not None:
         skip = set(report.threads_deleted)
-        _keep_last(agent, saver, policy.keep_last, report, skip=skip, dry_run=dry_run)
+        _keep_last(agent, store, policy.keep_last, report, skip=skip, dry_run=dry_run)
     _compact_ledger(agent.ledger, policy, now, report, dry_run=dry_run)
-    forget = getattr(saver, "forget_lineage", None)
+    forget = getattr(store.saver, "forget_lineage", None)
     if callable(forget) and not dry_run:
         forget()
     if not dry_run:
-        for path in files.values():
-            _vacuum(path, policy.vacuum)
-    report.files = {
-        name: {"before": before[name], "after": before[name] if dry_run else _disk_bytes(path)}
-        for name, path in files.items()
-    }
+        store.vacuum(policy.vacuum)
+    after = before if dry_run else store.sizes()
+    report.files = {name: {"before": before[name], "after": after[name]} for name in before}
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _files(saver: Any, ledger: Ledger) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    with saver.cursor(transaction=False) as cur:
-        (row,) = [r for r in cur.execute("PRAGMA database_list") if r[1] == "main"]
-    if row[2]:
-        out["checkpoints"] = Path(row[2])
-    path = getattr(ledger, "path", None)
-    if isinstance(path, Path):
-        out["ledger"] = path
-    return out
+Counted = tuple[int, int, int]
+"""Checkpoints, writes, and the bytes of every row counted (checkpoints, writes, blobs)."""
+
+
+class _CheckpointStore:
+    """What ``prune`` needs of a checkpoint database, for SQLite and for PostgreSQL."""
+
+    def __init__(self, saver: Any, ledger: Ledger) -> None:
+        self.saver = saver
+        self.ledger = ledger
+
+    def threads(self) -> list[str]:
+        """Every thread that has a checkpoint."""
+        raise NotImplementedError
+
+    def groups(self) -> list[tuple[str, str]]:
+        """Every (thread, namespace) that has a checkpoint."""
+        raise NotImplementedError
+
+    def lineage(self, thread_id: str, ns: str) -> list[tuple[str, str | None]]:
+        """``(checkpoint_id, parent_checkpoint_id)`` of one thread and namespace, newest first."""
+        raise NotImplementedError
+
+    def self_contained(self, thread_id: str, ns: str, cid: str, channels: set[str]) -> set[str]:
+        """Which of ``channels`` this checkpoint holds in full, or never had (nothing to replay)."""
+        raise NotImplementedError
+
+    def count_thread(self, thread_id: str) -> Counted:
+        """What deleting the thread removes."""
+        raise NotImplementedError
+
+    def delete_thread(self, thread_id: str, at: datetime) -> None:
+        """Guard the thread against late writes, then delete all its rows (one transaction)."""
+        raise NotImplementedError
+
+    def drop(self, thread_id: str, ns: str, ids: Sequence[str], *, dry_run: bool) -> Counted:
+        """Delete these checkpoints of one thread and namespace, with their writes."""
+        raise NotImplementedError
+
+    def sizes(self) -> dict[str, int]:
+        """Bytes on disk, by ``checkpoints`` and ``ledger``."""
+        raise NotImplementedError
+
+    def vacuum(self, mode: Vacuum) -> None:
+        """Give the space of the deleted rows back (``mode``)."""
+        raise NotImplementedError
+
+
+def _checkpoint_store(agent: Agent) -> _CheckpointStore:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    saver = agent.graph.checkpointer
+    if isinstance(saver, SqliteSaver):
+        return _SqliteCheckpoints(saver, agent.ledger)
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+    except ImportError:  # pragma: no cover - without the postgres extra
+        PostgresSaver = None  # type: ignore[assignment,misc]
+    if PostgresSaver is not None and isinstance(saver, PostgresSaver):
+        return _PostgresCheckpoints(saver, agent.ledger)
+    raise ConfigError(
+        "prune needs an SQLite (StepDurableSaver) or PostgreSQL (StepDurablePostgresSaver) "
+        f"checkpointer, not {type(saver).__name__}"
+    )
+
+
+class _SqliteCheckpoints(_CheckpointStore):
+    """The checkpoint file of a state directory (``SqliteSaver``)."""
+
+    def threads(self) -> list[str]:
+        with self.saver.cursor(transaction=False) as cur:
+            return [r[0] for r in cur.execute("SELECT DISTINCT thread_id FROM checkpoints")]
+
+    def groups(self) -> list[tuple[str, str]]:
+        with self.saver.cursor(transaction=False) as cur:
+            rows = cur.execute("SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints")
+            return [(r[0], r[1]) for r in rows.fetchall()]
+
+    def lineage(self, thread_id: str, ns: str) -> list[tuple[str, str | None]]:
+        with self.saver.cursor(transaction=False) as cur:
+            rows = cur.execute(
+                "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
+                "WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY checkpoint_id DESC",
+                (thread_id, ns),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def self_contained(self, thread_id: str, ns: str, cid: str, channels: set[str]) -> set[str]:
+        if not channels:
+            return set()
+        with self.saver.cursor(transaction=False) as cur:
+            row = cur.execute(
+                "SELECT type, checkpoint FROM checkpoints "
+                "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (thread_id, ns, cid),
+            ).fetchone()
+        if row is None:
+            return set()
+        ckpt = self.saver.serde.loads_typed((row[0], row[1]))
+        values = ckpt.get("channel_values") or {}
+        versions = ckpt.get("channel_versions") or {}
+        return {ch for ch in channels if ch in values or ch not in versions}
+
+    def _count(self, where: str, params: Sequence[Any]) -> Counted:
+        with self.saver.cursor(transaction=False) as cur:
+            n_c, b_c = cur.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) "
+                f"FROM checkpoints WHERE {where}",
+                params,
+            ).fetchone()
+            n_w, b_w = cur.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE {where}",
+                params,
+            ).fetchone()
+        return int(n_c), int(n_w), int(b_c) + int(b_w)
+
+    def count_thread(self, thread_id: str) -> Counted:
+        return self._count("thread_id = ?", (thread_id,))
+
+    def delete_thread(self, thread_id: str, at: datetime) -> None:
+        with self.saver.cursor() as cur:
+            for sql in _GUARD_SQL:
+                cur.execute(sql)
+            cur.execute(
+                f"INSERT OR IGNORE INTO {GUARD_TABLE} (thread_id, deleted_at) VALUES (?, ?)",
+                (thread_id, at.isoformat()),
+            )
+            cur.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
+            cur.execute("DELETE FROM checkpoints WHERE thread_id = ?", (thread_id,))
+
+    def drop(self, thread_id: str, ns: str, ids: Sequence[str], *, dry_run: bool) -> Counted:
+        marks = ", ".join("?" * len(ids))
+        where = f"thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})"
+        params = (thread_id, ns, *ids)
+        counted = self._count(where, params)
+        if not dry_run:
+            with self.saver.cursor() as cur:
+                cur.execute(f"DELETE FROM writes WHERE {where}", params)
+                cur.execute(f"DELETE FROM checkpoints WHERE {where}", params)
+        return counted
+
+    def _files(self) -> dict[str, Path]:
+        out: dict[str, Path] = {}
+        with self.saver.cursor(transaction=False) as cur:
+            (row,) = [r for r in cur.execute("PRAGMA database_list") if r[1] == "main"]
+        if row[2]:
+            out["checkpoints"] = Path(row[2])
+        path = getattr(self.ledger, "path", None)
+        if isinstance(path, Path):
+            out["ledger"] = path
+        return out
+
+    def sizes(self) -> dict[str, int]:
+        out = {name: _disk_bytes(path) for name, path in self._files().items()}
+        ledger_sizes = _postgres_ledger_sizes(self.ledger)
+        return out | ledger_sizes
+
+    def vacuum(self, mode: Vacuum) -> None:
+        for path in self._files().values():
+            _vacuum(path, mode)
+        _vacuum_postgres_ledger(self.ledger, mode)
 
 
 def _disk_bytes(path: Path) -> int:
@@ -280,11 +427,6 @@ def _disk_bytes(path: Path) -> int:
         with contextlib.suppress(FileNotFoundError):
             total += os.stat(p).st_size
     return total
-
-
-def _checkpointed_threads(saver: Any) -> list[str]:
-    with saver.cursor(transaction=False) as cur:
-        return [r[0] for r in cur.execute("SELECT DISTINCT thread_id FROM checkpoints")]
 
 
 def _why_not(agent: Agent, thread_id: str) -> str | None:
@@ -303,24 +445,25 @@ def _why_not(agent: Agent, thread_id: str) -> str | None:
     return None
 
 
-def _latest_ts(saver: Any, thread_id: str) -> datetime | None:
-    found = saver.get_tuple({"configurable": {"thread_id": thread_id}})
+def _latest_ts(store: _CheckpointStore, thread_id: str) -> datetime | None:
+    found = store.saver.get_tuple({"configurable": {"thread_id": thread_id}})
     return None if found is None else datetime.fromisoformat(found.checkpoint["ts"])
 
 
 def _threads_to_delete(
-    agent: Agent, saver: Any, policy: PrunePolicy, now: datetime, report: PruneReport
+    agent: Agent, store: _CheckpointStore, policy: PrunePolicy, now: datetime, report: PruneReport
 ) -> dict[str, str]:
     gone = deleted_threads(agent.ledger)
     victims: dict[str, str] = {}
+    checkpointed = store.threads()
     # A deletion that stopped after its tombstone: finish it.
-    leftover = [t for t in _checkpointed_threads(saver) if t in gone]
-    for thread_id in leftover:
-        victims[thread_id] = gone[thread_id].reason
+    for thread_id in checkpointed:
+        if thread_id in gone:
+            victims[thread_id] = gone[thread_id].reason
     for thread_id in policy.delete_threads:
         if thread_id in gone:
             continue
-        known = agent.ledger.get_thread(thread_id) is not None or _latest_ts(saver, thread_id)
+        known = agent.ledger.get_thread(thread_id) is not None or _latest_ts(store, thread_id)
         if not known:
             report.threads_kept[thread_id] = "unknown thread"
             continue
@@ -330,26 +473,51 @@ def _threads_to_delete(
         else:
             report.threads_kept[thread_id] = why
     if policy.finished_older_than is not None:
-        cutoff = now - policy.finished_older_than
-        for thread_id in _checkpointed_threads(saver):
-            if thread_id in victims or thread_id in gone:
-                continue
-            ts = _latest_ts(saver, thread_id)
-            if ts is None or ts >= cutoff:
-                continue
-            why = _why_not(agent, thread_id)
-            if why is None:
-                victims[thread_id] = policy.reason or (
-                    f"finished, idle longer than {policy.finished_older_than}"
-                )
-            else:
-                report.threads_kept[thread_id] = why
+        _finished_past(
+            agent,
+            store,
+            checkpointed=checkpointed,
+            policy=policy,
+            now=now,
+            victims=victims,
+            gone=gone,
+            report=report,
+        )
     return victims
+
+
+def _finished_past(
+    agent: Agent,
+    store: _CheckpointStore,
+    *,
+    checkpointed: Sequence[str],
+    policy: PrunePolicy,
+    now: datetime,
+    victims: dict[str, str],
+    gone: Mapping[str, ThreadTombstone],
+    report: PruneReport,
+) -> None:
+    """Add the finished threads idle longer than ``policy.finished_older_than`` to ``victims``."""
+    assert policy.finished_older_than is not None
+    cutoff = now - policy.finished_older_than
+    for thread_id in checkpointed:
+        if thread_id in victims or thread_id in gone:
+            continue
+        ts = _latest_ts(store, thread_id)
+        if ts is None or ts >= cutoff:
+            continue
+        why = _why_not(agent, thread_id)
+        if why is None:
+            victims[thread_id] = policy.reason or (
+                f"finished, idle longer than {policy.finished_older_than}"
+            )
+        else:
+            report.threads_kept[thread_id] = why
 
 
 def _delete_thread(
     agent: Agent,
-    saver: Any,
+    store: _CheckpointStore,
     thread_id: str,
     *,
     reason: str,
@@ -357,7 +525,7 @@ def _delete_thread(
     report: PruneReport,
     dry_run: bool,
 ) -> None:
-    counted = _count(saver, "thread_id = ?", (thread_id,))
+    counted = store.count_thread(thread_id)
     if dry_run:
         report.threads_deleted.append(thread_id)
         _add(report, counted)
@@ -384,36 +552,14 @@ def _delete_thread(
                         reason=reason,
                     )
                 )
-        with saver.cursor() as cur:
-            for sql in _GUARD_SQL:
-                cur.execute(sql)
-            cur.execute(
-                f"INSERT OR IGNORE INTO {GUARD_TABLE} (thread_id, deleted_at) VALUES (?, ?)",
-                (thread_id, agent.ledger.clock.now().isoformat()),
-            )
-            cur.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
-            cur.execute("DELETE FROM checkpoints WHERE thread_id = ?", (thread_id,))
+        store.delete_thread(thread_id, agent.ledger.clock.now())
     finally:
         agent.ledger.release_lease(lease)
     report.threads_deleted.append(thread_id)
     _add(report, counted)
 
 
-def _count(saver: Any, where: str, params: Sequence[Any]) -> tuple[int, int, int]:
-    with saver.cursor(transaction=False) as cur:
-        n_c, b_c = cur.execute(
-            "SELECT COUNT(*), COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) "
-            f"FROM checkpoints WHERE {where}",
-            params,
-        ).fetchone()
-        n_w, b_w = cur.execute(
-            f"SELECT COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE {where}",
-            params,
-        ).fetchone()
-    return int(n_c), int(n_w), int(b_c) + int(b_w)
-
-
-def _add(report: PruneReport, counted: tuple[int, int, int]) -> None:
+def _add(report: PruneReport, counted: Counted) -> None:
     report.checkpoints_removed += counted[0]
     report.writes_removed += counted[1]
     report.payload_bytes += counted[2]
@@ -426,26 +572,21 @@ def _delta_channels(agent: Agent) -> frozenset[str]:
 
 
 def _keep_last(
-    agent: Agent, saver: Any, n: int, report: PruneReport, *, skip: set[str], dry_run: bool
+    agent: Agent,
+    store: _CheckpointStore,
+    n: int,
+    report: PruneReport,
+    *,
+    skip: set[str],
+    dry_run: bool,
 ) -> None:
     deltas = _delta_channels(agent)
-    with saver.cursor(transaction=False) as cur:
-        groups = cur.execute("SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints").fetchall()
-    for thread_id, ns in groups:
+    for thread_id, ns in store.groups():
         if thread_id in skip:
             continue  # deleted whole (a dry run still sees its rows)
-        drop = _droppable(saver, thread_id, ns, n, deltas)
-        if not drop:
-            continue
+        drop = _droppable(store, thread_id, ns, n, deltas)
         for chunk in _chunks(drop, 500):
-            marks = ", ".join("?" * len(chunk))
-            where = f"thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})"
-            params = (thread_id, ns, *chunk)
-            _add(report, _count(saver, where, params))
-            if not dry_run:
-                with saver.cursor() as cur:
-                    cur.execute(f"DELETE FROM writes WHERE {where}", params)
-                    cur.execute(f"DELETE FROM checkpoints WHERE {where}", params)
+            _add(report, store.drop(thread_id, ns, chunk, dry_run=dry_run))
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
@@ -453,22 +594,19 @@ def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
         yield items[i : i + size]
 
 
-def _droppable(saver: Any, thread_id: str, ns: str, n: int, deltas: frozenset[str]) -> list[str]:
+def _droppable(
+    store: _CheckpointStore, thread_id: str, ns: str, n: int, deltas: frozenset[str]
+) -> list[str]:
     """Checkpoint ids of one thread and namespace that no kept checkpoint depends on.
 
     Kept: the ``n`` latest, and for each of them its ancestors back to the
     nearest one that holds every delta channel it has (a snapshot, or an old
     full-list blob), which its reads replay from.
     """
-    with saver.cursor(transaction=False) as cur:
-        rows = cur.execute(
-            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
-            "WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY checkpoint_id DESC",
-            (thread_id, ns),
-        ).fetchall()
+    rows = store.lineage(thread_id, ns)
     if len(rows) <= n:
         return []
-    parent = {cid: p for cid, p in rows}
+    parent = dict(rows)
     keep: set[str] = set()
     for cid, _ in rows[:n]:
         # A node already kept had its walk go on to a snapshot: stop there.
@@ -476,31 +614,265 @@ def _droppable(saver: Any, thread_id: str, ns: str, n: int, deltas: frozenset[st
         need = set(deltas)
         while node is not None and node in parent and node not in keep:
             keep.add(node)
-            need -= _self_contained(saver, thread_id, ns, node, need)
+            need -= store.self_contained(thread_id, ns, node, need)
             if not need:
                 break
             node = parent[node]
     return [cid for cid, _ in rows if cid not in keep]
 
 
-def _self_contained(
-    saver: Any, thread_id: str, ns: str, checkpoint_id: str, channels: set[str]
-) -> set[str]:
-    """Which of ``channels`` this checkpoint holds in full, or never had (nothing to replay)."""
-    if not channels:
-        return set()
-    with saver.cursor(transaction=False) as cur:
-        row = cur.execute(
-            "SELECT type, checkpoint FROM checkpoints "
-            "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-            (thread_id, ns, checkpoint_id),
+# ------------------------------------------------------------------ PostgreSQL
+
+PG_GUARD_FUNCTION = "effectgate_refuse_deleted_thread"
+"""The trigger function, in the checkpoint database, behind the late-writer guard."""
+
+_PG_CHECKPOINT_TABLES = ("checkpoints", "checkpoint_writes", "checkpoint_blobs")
+_PG_LEDGER_TABLES = (
+    "ledger_operations",
+    "ledger_approvals",
+    "ledger_events",
+    "ledger_operation_tombstones",
+    "ledger_thread_tombstones",
+)
+"""The ledger tables a prune deletes from or writes to (VACUUMed after it)."""
+
+_PG_GUARD_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtext('effectgate.prune.guard'))",
+    f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} "
+    "(thread_id text PRIMARY KEY, deleted_at text NOT NULL)",
+    f"""CREATE OR REPLACE FUNCTION {PG_GUARD_FUNCTION}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM {GUARD_TABLE} d WHERE d.thread_id = NEW.thread_id) THEN
+                RAISE EXCEPTION 'effectgate: this thread was deleted (%)', NEW.thread_id
+                    USING ERRCODE = 'check_violation';
+            END IF;
+            RETURN NEW;
+        END $$""",
+    *(
+        f"CREATE OR REPLACE TRIGGER {GUARD_TABLE}_{table} BEFORE INSERT ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION {PG_GUARD_FUNCTION}()"
+        for table in _PG_CHECKPOINT_TABLES
+    ),
+)
+"""The late-writer guard on PostgreSQL: the SQLite triggers' equivalent, on all three tables.
+
+A ``BEFORE INSERT`` row trigger also fires for ``INSERT ... ON CONFLICT DO
+UPDATE``, the upsert ``PostgresSaver`` writes with.
+"""
+
+_PG_RELATION_BYTES = (
+    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relkind = 'r' AND n.nspname = current_schema() AND c.relname = ANY(%s)"
+)
+
+
+class _PostgresCheckpoints(_CheckpointStore):
+    """The checkpoint tables of a ``PostgresSaver`` (``checkpoints``, ``_writes``, ``_blobs``).
+
+    Sizes are ``pg_total_relation_size`` (table, TOAST and indexes) of the
+    tables in the connection's schema. ``vacuum="full"`` ends with ``VACUUM
+    (FULL, ANALYZE)`` of the touched tables (it rewrites them and gives the
+    space back to the operating system, under an exclusive lock while it
+    runs); ``"incremental"`` with ``VACUUM (ANALYZE)`` (the space is reused by
+    later rows, no exclusive lock); ``"none"`` with nothing.
+    """
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[Any]:
+        conn = self.saver.conn
+        if hasattr(conn, "connection"):  # a pool
+            with conn.connection() as own:
+                yield own
+        else:
+            with self.saver.lock:
+                yield conn
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        from psycopg.rows import tuple_row
+
+        with self._conn() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    def threads(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT thread_id FROM checkpoints")]
+
+    def groups(self) -> list[tuple[str, str]]:
+        rows = self._rows("SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints")
+        return [(r[0], r[1]) for r in rows]
+
+    def lineage(self, thread_id: str, ns: str) -> list[tuple[str, str | None]]:
+        rows = self._rows(
+            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
+            "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC",
+            (thread_id, ns),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def self_contained(self, thread_id: str, ns: str, cid: str, channels: set[str]) -> set[str]:
+        # PostgresSaver keeps a primitive value, and the marker of a delta
+        # channel's snapshot, inline; other values in a blob at the channel's
+        # version. A delta channel's plain step has neither: its reads replay.
+        if not channels:
+            return set()
+        found = self._rows(
+            "SELECT c.checkpoint -> 'channel_values', c.checkpoint -> 'channel_versions', "
+            "ARRAY(SELECT b.channel FROM checkpoint_blobs b "
+            "      WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns "
+            "      AND b.channel = ANY(%s) AND b.type <> 'empty' "
+            "      AND b.version = c.checkpoint -> 'channel_versions' ->> b.channel) "
+            "FROM checkpoints c "
+            "WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s",
+            (sorted(channels), thread_id, ns, cid),
+        )
+        if not found:
+            return set()
+        values, versions, blobs = found[0]
+        values, versions = values or {}, versions or {}
+        return {ch for ch in channels if ch in values or ch in blobs or ch not in versions}
+
+    def _count(self, thread_id: str, ns: str | None, ids: Sequence[str] | None) -> Counted:
+        where = "thread_id = %s"
+        params: list[Any] = [thread_id]
+        if ns is not None and ids is not None:
+            where += " AND checkpoint_ns = %s AND checkpoint_id = ANY(%s)"
+            params += [ns, list(ids)]
+        ((n_c, b_c),) = self._rows(
+            "SELECT COUNT(*), COALESCE(SUM(pg_column_size(checkpoint) "
+            f"+ pg_column_size(metadata)), 0) FROM checkpoints WHERE {where}",
+            params,
+        )
+        ((n_w, b_w),) = self._rows(
+            "SELECT COUNT(*), COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_writes "
+            f"WHERE {where}",
+            params,
+        )
+        return int(n_c), int(n_w), int(b_c) + int(b_w)
+
+    def count_thread(self, thread_id: str) -> Counted:
+        n_c, n_w, b = self._count(thread_id, None, None)
+        ((b_b,),) = self._rows(
+            "SELECT COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_blobs "
+            "WHERE thread_id = %s",
+            (thread_id,),
+        )
+        return n_c, n_w, b + int(b_b)
+
+    def delete_thread(self, thread_id: str, at: datetime) -> None:
+        with self._conn() as conn, conn.transaction():
+            for sql in _PG_GUARD_SQL:
+                conn.execute(sql)
+            conn.execute(
+                f"INSERT INTO {GUARD_TABLE} (thread_id, deleted_at) VALUES (%s, %s) "
+                "ON CONFLICT (thread_id) DO NOTHING",
+                (thread_id, at.isoformat()),
+            )
+            for table in _PG_CHECKPOINT_TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+
+    def drop(self, thread_id: str, ns: str, ids: Sequence[str], *, dry_run: bool) -> Counted:
+        n_c, n_w, b = self._count(thread_id, ns, ids)
+        # Blobs are shared by version: one goes when no kept checkpoint of the
+        # namespace names it in its channel_versions.
+        garbage = (
+            "SELECT b.channel, b.version, COALESCE(octet_length(b.blob), 0) "
+            "FROM checkpoint_blobs b WHERE b.thread_id = %s AND b.checkpoint_ns = %s "
+            "AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = b.thread_id "
+            "  AND c.checkpoint_ns = b.checkpoint_ns AND c.checkpoint_id = ANY(%s) "
+            "  AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version) "
+            "AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = b.thread_id "
+            "  AND c.checkpoint_ns = b.checkpoint_ns AND c.checkpoint_id <> ALL(%s) "
+            "  AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)"
+        )
+        params = (thread_id, ns, list(ids), list(ids))
+        if dry_run:
+            freed = self._rows(garbage, params)
+            return n_c, n_w, b + sum(int(r[2]) for r in freed)
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            from psycopg.rows import tuple_row
+
+            cur.row_factory = tuple_row  # type: ignore[assignment]
+            cur.execute(garbage, params)
+            freed = list(cur.fetchall())
+            for channel, version, _ in freed:
+                cur.execute(
+                    "DELETE FROM checkpoint_blobs WHERE thread_id = %s AND checkpoint_ns = %s "
+                    "AND channel = %s AND version = %s",
+                    (thread_id, ns, channel, version),
+                )
+            cur.execute(
+                "DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s "
+                "AND checkpoint_id = ANY(%s)",
+                (thread_id, ns, list(ids)),
+            )
+            cur.execute(
+                "DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
+                "AND checkpoint_id = ANY(%s)",
+                (thread_id, ns, list(ids)),
+            )
+        return n_c, n_w, b + sum(int(r[2]) for r in freed)
+
+    def sizes(self) -> dict[str, int]:
+        ((total,),) = self._rows(_PG_RELATION_BYTES, ([*_PG_CHECKPOINT_TABLES, GUARD_TABLE],))
+        out = {"checkpoints": int(total)}
+        path = getattr(self.ledger, "path", None)
+        if isinstance(path, Path):
+            out["ledger"] = _disk_bytes(path)
+        return out | _postgres_ledger_sizes(self.ledger)
+
+    def vacuum(self, mode: Vacuum) -> None:
+        if mode != "none":
+            with self._conn() as conn:
+                conn.execute(
+                    f"VACUUM ({_pg_vacuum_options(mode)}) {', '.join(_PG_CHECKPOINT_TABLES)}"
+                )
+        path = getattr(self.ledger, "path", None)
+        if isinstance(path, Path):
+            _vacuum(path, mode)
+        _vacuum_postgres_ledger(self.ledger, mode)
+
+
+def _pg_vacuum_options(mode: Vacuum) -> str:
+    return "FULL, ANALYZE" if mode == "full" else "ANALYZE"
+
+
+@contextlib.contextmanager
+def _postgres_ledger_conn(ledger: Ledger) -> Iterator[Any | None]:
+    """A connection to a PostgreSQL ledger's schema, or ``None`` for another ledger."""
+    dsn = getattr(ledger.store, "dsn", None)
+    if not isinstance(dsn, str):
+        yield None
+        return
+    import psycopg
+    from psycopg import sql as pgsql
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        schema = getattr(ledger.store, "schema", None)
+        if schema:
+            conn.execute(pgsql.SQL("SET search_path = {}").format(pgsql.Identifier(schema)))
+        yield conn
+
+
+def _postgres_ledger_sizes(ledger: Ledger) -> dict[str, int]:
+    """``{"ledger": bytes}`` of a PostgreSQL ledger's tables; ``{}`` for another ledger."""
+    with _postgres_ledger_conn(ledger) as conn:
+        if conn is None:
+            return {}
+        (total,) = conn.execute(
+            _PG_RELATION_BYTES.replace("c.relname = ANY(%s)", "c.relname LIKE 'ledger\\_%%'")
         ).fetchone()
-    if row is None:
-        return set()
-    ckpt = saver.serde.loads_typed((row[0], row[1]))
-    values = ckpt.get("channel_values") or {}
-    versions = ckpt.get("channel_versions") or {}
-    return {ch for ch in channels if ch in values or ch not in versions}
+        return {"ledger": int(total)}
+
+
+def _vacuum_postgres_ledger(ledger: Ledger, mode: Vacuum) -> None:
+    """VACUUM the ledger tables a prune touched, for a PostgreSQL ledger."""
+    if mode == "none":
+        return
+    with _postgres_ledger_conn(ledger) as conn:
+        if conn is not None:
+            conn.execute(f"VACUUM ({_pg_vacuum_options(mode)}) {', '.join(_PG_LEDGER_TABLES)}")
 
 
 def _compact_ledger(
