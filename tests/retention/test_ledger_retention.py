@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
-from effectgate.graph import RunStatus
+from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import OpState
 from effectgate.retention import PrunePolicy
 from tests.answers._bind import bound
@@ -18,11 +19,11 @@ from tests.retention.test_prune import APPROVE, _agent, _finish
 
 
 def test_compaction_keeps_a_tombstone_with_intent_and_receipt_then_drops_it(
-    services: DemoServices, state_dir: StateDir
+    services: DemoServices, state_dir: StateDir, store: str | None
 ) -> None:
     """Compacted: the row, approvals and events go; the tombstone answers until its window ends."""
     sd = state_dir
-    with _agent(sd, services, "c", calls=2) as agent:
+    with _agent(sd, services, "c", calls=2, store=store) as agent:
         _finish(agent, "c", 2)
         ops = agent.ledger.list(thread_id="c")
         assert [op.state for op in ops] == [OpState.SUCCEEDED, OpState.SUCCEEDED]
@@ -66,11 +67,17 @@ def test_operations_are_still_never_deleted_by_hand(
 
 
 def test_a_replay_onto_a_compacted_operation_is_reviewed_not_executed(
-    services: DemoServices, state_dir: StateDir
+    services: DemoServices, state_dir: StateDir, store: str | None
 ) -> None:
-    """Time travel to before a call whose operation was compacted asks the reviewer again."""
+    """Time travel to before a call whose operation was compacted asks the reviewer again.
+
+    The review request says so (``compacted_operation``: the id, when, its
+    intent hash and receipt), and a policy that approves the tool without
+    asking does not approve this call: nothing runs until a person says yes.
+    """
     sd = state_dir
-    with _agent(sd, services, "r", calls=1) as agent:
+    auto = Policy(auto_approve=frozenset({"create_ticket"}))
+    with _agent(sd, services, "r", calls=1, store=store) as agent:
         _finish(agent, "r", 1)
         (op,) = agent.ledger.list(thread_id="r")
         cfg: Any = {"configurable": {"thread_id": "r"}}
@@ -78,18 +85,68 @@ def test_a_replay_onto_a_compacted_operation_is_reviewed_not_executed(
         # the checkpoint where the review node is about to run for the call
         before_review = next(s for s in reversed(history) if "review" in s.next)
         agent.prune(PrunePolicy(operations_after=timedelta(0), tombstones_after=None))
+    assert op.receipt is not None
+    with _agent(sd, services, "r", calls=1, store=store, policy=auto) as agent:
         result = agent.replay("r", before_review.config["configurable"]["checkpoint_id"])
         assert result.status is RunStatus.WAITING_REVIEW, result.error
         (action,) = result.interrupts[0].value["action_requests"]
         assert action["operation_id"] == op.operation_id
         assert action["intent_hash"] == op.intent_hash
+        flag = action["compacted_operation"]
+        assert (flag["operation_id"], flag["intent_hash"], flag["state"]) == (
+            op.operation_id,
+            op.intent_hash,
+            "SUCCEEDED",
+        )
+        assert flag["reference"] == op.receipt.reference
+        assert f"operation {op.operation_id} was compacted on " in flag["message"]
+        assert f"receipt {op.receipt.reference}" in flag["message"]
         assert len(read_tickets(sd.services)) == 1  # nothing ran
         # approving it again sends the same idempotency key: the service does not repeat it
         again = agent.resume("r", decisions=bound(agent, "r", APPROVE))
         assert again.status is RunStatus.DONE, again.error
         # the ledger flags the reopened id with what its tombstone said
         created = agent.ledger.events(operation_id=op.operation_id)
-        flag = created[0].detail["compacted_earlier"]
-        assert flag["intent_hash"] == op.intent_hash and flag["state"] == "SUCCEEDED"
-        assert op.receipt is not None and flag["reference"] == op.receipt.reference
+        earlier = created[0].detail["compacted_earlier"]
+        assert earlier["intent_hash"] == op.intent_hash and earlier["state"] == "SUCCEEDED"
+        assert earlier["reference"] == op.receipt.reference
     assert len(read_tickets(sd.services)) == 1
+
+
+def _write_twice(sd: StateDir, name: str) -> str:
+    call = {"name": "write_file", "args": {"path": "a.txt", "content": "alpha\n"}}
+    path = sd.root / f"{name}.json"
+    path.write_text(json.dumps({"name": name, "turns": [{"say": "write", "tool_calls": [call]}]}))
+    return f"scripted:{path}"
+
+
+def test_a_repeat_of_a_compacted_intent_is_still_a_possible_duplicate(
+    services: DemoServices, state_dir: StateDir, store: str | None
+) -> None:
+    """Thread w1 writes a file; its operation is compacted; thread w2 proposes the same write.
+
+    w2's call has another operation id but the intent hash the tombstone
+    kept: it is flagged as a possible duplicate of w1's (compacted)
+    operation, and the policy that approves write_file without asking does
+    not approve it.
+    """
+    sd = state_dir
+    auto = Policy(auto_approve=frozenset({"write_file"}))
+    model = _write_twice(sd, "w")
+    with open_agent(sd, model=model, store=store, policy=auto) as agent:
+        assert agent.start("go", thread_id="w1").status is RunStatus.DONE
+        (first,) = agent.ledger.list(thread_id="w1")
+        report = agent.prune(PrunePolicy(operations_after=timedelta(0), tombstones_after=None))
+        assert report.operations_compacted == 1
+        result = agent.start("go", thread_id="w2")
+        assert result.status is RunStatus.WAITING_REVIEW, result.error
+        (action,) = result.interrupts[0].value["action_requests"]
+        assert action["operation_id"] != first.operation_id
+        assert action["possible_duplicate_of"] == first.operation_id
+        flag = action["possible_duplicate_compacted"]
+        assert (flag["intent_hash"], flag["thread_id"]) == (first.intent_hash, "w1")
+        assert agent.ledger.list(thread_id="w2") == []  # nothing approved, nothing ran
+        # once the tombstone is gone too (past the deduplication window), nothing is left to flag
+        agent.prune(PrunePolicy(operations_after=None, tombstones_after=timedelta(0)))
+        result = agent.start("go", thread_id="w3")
+        assert result.status is RunStatus.DONE, result.error

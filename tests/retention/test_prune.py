@@ -17,7 +17,7 @@ import yaml
 
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
-from effectgate.graph import Agent, RunStatus
+from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.ledger import OpState
 from effectgate.retention import PrunePolicy, ThreadDeletedError, tombstone_of
 from tests.answers._bind import bound
@@ -50,8 +50,17 @@ def _script(sd: StateDir, name: str, calls: int = 1) -> str:
     return f"scripted:{path}"
 
 
-def _agent(sd: StateDir, services: DemoServices, name: str, calls: int = 1) -> Any:
-    return open_agent(sd, model=_script(sd, name, calls), endpoints=services.endpoints)
+def _agent(
+    sd: StateDir,
+    services: DemoServices,
+    name: str,
+    calls: int = 1,
+    store: str | None = None,
+    policy: Policy | None = None,
+) -> Any:
+    return open_agent(
+        sd, model=_script(sd, name, calls), endpoints=services.endpoints, store=store, policy=policy
+    )
 
 
 def _finish(agent: Agent, thread_id: str, calls: int) -> None:
@@ -66,7 +75,16 @@ def _alerts(sd: StateDir) -> Counter[str]:
     return Counter(str(t.get("alert_id")) for t in read_tickets(sd.services))
 
 
-def _checkpoint_rows(sd: StateDir, thread_id: str) -> int:
+def _checkpoint_rows(sd: StateDir, thread_id: str, store: str | None = None) -> int:
+    if store is not None:
+        import psycopg
+
+        with psycopg.connect(store) as pg:
+            row = pg.execute(
+                "SELECT COUNT(*) FROM checkpoints WHERE thread_id = %s", (thread_id,)
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
     conn = sqlite3.connect(sd.checkpoints)
     try:
         (n,) = conn.execute(

@@ -78,3 +78,63 @@ def test_a_duration_past_any_date_is_bad_input(
         ran = eg("prune", "--state-dir", str(state), flag, value, "--dry-run")
         assert ran.code == 2, ran.stderr
         assert flag in ran.stderr and "Traceback" not in ran.stderr
+
+
+def test_a_new_run_onto_a_compacted_operation_is_left_for_a_person(
+    finished_demo: tuple[Path, Ran], tmp_path: Path
+) -> None:
+    """The demo's operations are compacted; the demo runs again in a new thread.
+
+    Its ticket call maps to the same business key, whose operation is now a
+    tombstone: ``--approve all`` leaves it for a person (exit 4), saying the
+    operation was compacted, when, with its intent hash and receipt; the
+    review screen and ``pending`` (text and ``--json``) carry the same flag.
+    """
+    state = _copy(finished_demo, tmp_path)
+    sd = ("--state-dir", str(state))
+    shown = eg("ledger", "list", *sd, "--json")
+    assert shown.code == 0, shown.stderr
+    (ticket,) = [op for op in shown.json["operations"] if op["tool"] == "create_ticket"]
+    pruned = eg("prune", *sd, "--operations-after", "0s", "--tombstones-after", "none", "--json")
+    assert pruned.code == 0, pruned.stderr
+    assert pruned.json["operations_compacted"] == 3
+    again = eg("demo", *sd, "--thread", "demo-2", "--approve", "all")
+    assert again.code == 4, again.stderr
+    said = " ".join(again.stderr.split())
+    assert f"operation {ticket['id']} was compacted on " in said
+    assert f"intent hash {ticket['intent_hash']}" in said
+    assert "left for review" in said
+    pending = eg("pending", *sd, "--json")
+    assert pending.code == 0, pending.stderr
+    (waiting,) = pending.json["threads"]
+    (item,) = waiting["interrupts"]
+    (action, *_) = item["value"]["action_requests"]
+    flag = action["compacted_operation"]
+    assert (flag["operation_id"], flag["intent_hash"]) == (ticket["id"], ticket["intent_hash"])
+    assert flag["reference"] == ticket["reference"] == "TICKET-1"
+    text = eg("pending", *sd)
+    assert f"operation {ticket['id']} was compacted on " in " ".join(text.stdout.split())
+
+
+def test_the_review_screen_shows_a_compacted_operation() -> None:
+    """The interactive review panel warns about a call whose operation id was compacted."""
+    import io
+
+    from effectgate.cli._render import SafeConsole
+    from effectgate.cli._review_ui import action_panel
+
+    message = "operation ticket:k was compacted on 2026-01-01T00:00:00+00:00; it had ..."
+    action = {
+        "name": "create_ticket",
+        "args": {"title": "t"},
+        "effect_kind": "keyed",
+        "operation_id": "ticket:k",
+        "intent_hash": "0" * 64,
+        "tool_call_id": "c1",
+        "preview": "",
+        "compacted_operation": {"operation_id": "ticket:k", "message": message},
+    }
+    screen = io.StringIO()
+    SafeConsole(file=screen, width=400, color_system=None).print(action_panel(action, 1, 1))
+    shown = " ".join(screen.getvalue().replace("│", " ").split())
+    assert f"COMPACTED: {message}" in shown

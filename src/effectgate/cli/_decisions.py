@@ -143,6 +143,15 @@ class BlanketDecisions:
                     "explicitly with --decisions or interactively; left for review"
                 )
                 return None
+            compacted = action.get("compacted_operation")
+            if self.approve and isinstance(compacted, Mapping):
+                # The id ran before and retention compacted it: the ledger no
+                # longer holds its outcome, so a person decides (a replay onto it).
+                self.say(
+                    f"{flag}: {label}: {compacted.get('message')} — approve it explicitly "
+                    "with --decisions or interactively; left for review"
+                )
+                return None
             if self.approve:
                 self._warn(flag, label, action)
                 decisions.append({"type": "approve", "tool_call_id": action["tool_call_id"]})

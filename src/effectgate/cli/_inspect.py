@@ -208,6 +208,15 @@ def _states(names: tuple[str, ...]) -> list[Any]:
     return [OpState(name) for name in names]
 
 
+def _print_compacted(output: Output, actions: list[dict[str, Any]]) -> None:
+    """One line per call that meets a compacted operation (its own id, or a duplicate's)."""
+    for action in actions:
+        for key in ("compacted_operation", "possible_duplicate_compacted"):
+            flag = action.get(key)
+            if isinstance(flag, dict):
+                output.out.print(f"  [bold yellow]{escape(str(flag.get('message')))}[/]")
+
+
 def _print_pending(
     output: Output, waiting: list[dict[str, Any]], ops: list[Operation], state_dir: Path
 ) -> None:
@@ -229,6 +238,7 @@ def _print_pending(
                 output.out.print(
                     f"[yellow]review[/] thread {escape(entry['thread_id'])}: {escape(calls)}"
                 )
+                _print_compacted(output, value.get("action_requests", []))
             else:
                 what = (
                     f"{value.get('tool')} ({value.get('operation_id')}), "

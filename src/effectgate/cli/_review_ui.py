@@ -84,10 +84,24 @@ def _warnings(action: Mapping[str, Any]) -> list[Text]:
             )
         )
     if action.get("possible_duplicate_of"):
+        compacted_dup = action.get("possible_duplicate_compacted")
+        since = f" ({compacted_dup.get('message')})" if isinstance(compacted_dup, Mapping) else ""
         out.append(
             Text(
                 terminal_safe(f"possible duplicate of {action['possible_duplicate_of']}, which ")
-                + "already succeeded with the same arguments",
+                + "already succeeded with the same arguments"
+                + terminal_safe(since),
+                style="bold yellow",
+            )
+        )
+    compacted = action.get("compacted_operation")
+    if isinstance(compacted, Mapping):
+        out.append(
+            Text(
+                "COMPACTED: "
+                + terminal_safe(str(compacted.get("message")))
+                + "; the ledger no longer holds its outcome, approving runs it again with "
+                "the same idempotency key",
                 style="bold yellow",
             )
         )

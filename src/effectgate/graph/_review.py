@@ -48,7 +48,15 @@ from effectgate.graph._state import (
     ReviewRequest,
     effect_node_name,
 )
-from effectgate.ledger import UNFINISHED, Approval, Ledger, OpenRequest, Operation, OpState
+from effectgate.ledger import (
+    UNFINISHED,
+    Approval,
+    Ledger,
+    OpenRequest,
+    Operation,
+    OperationTombstone,
+    OpState,
+)
 from effectgate.tools import EffectKind, ToolSpec
 
 __all__ = [
@@ -208,6 +216,21 @@ def _same_intent(
     return dup, rejected
 
 
+def _compacted_duplicate(ledger: Ledger, op_id: str, ihash: str) -> OperationTombstone | None:
+    """The latest compacted operation of this intent that took effect (not ``op_id`` itself).
+
+    Retention compacts a terminal operation to a tombstone that keeps its
+    intent hash for the deduplication window (``effectgate.retention``): a
+    repeat of that intent under another id is still a possible duplicate.
+    """
+    found = [
+        t
+        for t in ledger.operation_tombstones(intent_hash=ihash)
+        if t.operation_id != op_id and t.state is OpState.SUCCEEDED
+    ]
+    return found[-1] if found else None
+
+
 def _repeat_flag(ledger: Ledger, rejected: Sequence[Operation]) -> dict[str, Any] | None:
     if not rejected:
         return None
@@ -290,6 +313,9 @@ def _prepare_one(
             "stored_state": existing.state.value,
         }
     dup, rejected = _same_intent(ledger, op_id, ihash, thread_id)
+    dup_tomb = None if dup is not None else _compacted_duplicate(ledger, op_id, ihash)
+    # This very id was used before and compacted: a replay or a new run reached it.
+    reopened = ledger.operation_tombstone(op_id) if existing is None else None
     repeat = _repeat_flag(ledger, rejected)
     replaced_by = replaced.get(ihash)
     ttl = policy.approval_ttl_s
@@ -303,9 +329,13 @@ def _prepare_one(
         effect_kind=spec.kind.value,
         preview=spec.render_preview(args, operation_id=op_id),
         approval_ttl_s=ttl,
-        possible_duplicate_of=dup,
+        possible_duplicate_of=dup if dup_tomb is None else dup_tomb.operation_id,
         conflict=conflict,
     )
+    if dup_tomb is not None:
+        request["possible_duplicate_compacted"] = dup_tomb.summary()
+    if reopened is not None:
+        request["compacted_operation"] = reopened.summary()
     if repeat is not None:
         request["repeat_of_rejected"] = repeat
     if replaced_by is not None:
@@ -330,7 +360,13 @@ def _prepare_one(
     # Policy may approve without asking, but never an unsafe tool, a possible
     # duplicate, or a call whose operation id is bound to other arguments.
     policy_approves = not spec.needs_review or spec.name in policy.auto_approve
-    flagged = dup is not None or bool(conflict) or repeat is not None or replaced_by is not None
+    flagged = (
+        request["possible_duplicate_of"] is not None
+        or bool(conflict)
+        or repeat is not None
+        or replaced_by is not None
+        or reopened is not None
+    )
     auto = settled or (policy_approves and spec.kind is not EffectKind.UNSAFE and not flagged)
     # Proposed again past the cap after rejections: refused without asking.
     refused = not settled and len(rejected) >= policy.max_repeats_after_reject

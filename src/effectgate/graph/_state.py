@@ -267,6 +267,16 @@ class ActionRequest(TypedDict):
     """
     replaced_by_edit: NotRequired[str]
     """The operation whose reviewer edited these very arguments away (the call ran edited)."""
+    compacted_operation: NotRequired[dict[str, Any]]
+    """This call's operation id was used before and compacted by retention.
+
+    ``OperationTombstone.summary()``: ``{operation_id, thread_id, tool, state,
+    intent_hash, finished_at, compacted_at, reference, message}``. The call
+    is a new proposal (a replay or a new run reached it); never approved by
+    policy alone.
+    """
+    possible_duplicate_compacted: NotRequired[dict[str, Any]]
+    """``possible_duplicate_of`` names a compacted operation: its tombstone's summary."""
 
 
 class ReviewConfig(TypedDict):

@@ -37,6 +37,7 @@ from effectgate.ledger._model import (
     LedgerMetrics,
     OpenRequest,
     Operation,
+    OperationTombstone,
     OpState,
 )
 from effectgate.ledger._sqlite import SqliteLedgerStore
@@ -203,12 +204,7 @@ class Ledger(AttemptsMixin):
         }
         earlier = tx.get_operation_tombstone(op.operation_id)
         if earlier is not None:  # the id was used before, and compacted by retention
-            detail["compacted_earlier"] = {
-                "state": earlier.state.value,
-                "intent_hash": earlier.intent_hash,
-                "finished_at": earlier.finished_at.isoformat(),
-                "reference": None if earlier.receipt is None else earlier.receipt.reference,
-            }
+            detail["compacted_earlier"] = earlier.summary()
         self._event(tx, op, EventKind.CREATED, now, detail, dst=_S.PROPOSED)
         return op
 
@@ -338,6 +334,16 @@ class Ledger(AttemptsMixin):
         verified(op)
         self._checked[op.operation_id] = op
         return op
+
+    def operation_tombstone(self, operation_id: str) -> OperationTombstone | None:
+        """Return what retention left of a compacted operation id, or ``None``."""
+        with self._store.read() as r:
+            return r.get_operation_tombstone(operation_id)
+
+    def operation_tombstones(self, *, intent_hash: str) -> builtins.list[OperationTombstone]:
+        """Return the tombstones of compacted operations of one intent, oldest finish first."""
+        with self._store.read() as r:
+            return r.list_operation_tombstones(intent_hash=intent_hash)
 
     def approvals(self, operation_id: str) -> builtins.list[Approval]:
         """Return an operation's approvals in the order they were recorded."""

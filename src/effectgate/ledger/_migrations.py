@@ -184,7 +184,12 @@ _V4: tuple[str, ...] = (
         BEGIN SELECT RAISE(ABORT, 'ledger: thread events are append-only'); END""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3, _V4)
+_V5: tuple[str, ...] = (
+    # the possible-duplicate check at review also looks up compacted operations by intent
+    "CREATE INDEX operation_tombstones_by_intent ON operation_tombstones (intent_hash)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3, _V4, _V5)
 """Statements per version; each runs inside one ``BEGIN IMMEDIATE`` transaction."""
 
 LATEST_VERSION = len(MIGRATIONS) - 1

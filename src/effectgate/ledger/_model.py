@@ -326,3 +326,29 @@ class OperationTombstone:
     finished_at: datetime
     """The operation's last ``updated_at``."""
     compacted_at: datetime
+
+    def summary(self) -> dict[str, Any]:
+        """The tombstone as a JSON-compatible dict, for a reviewer and the audit trail.
+
+        Keys: ``operation_id``, ``thread_id``, ``tool``, ``state`` (the
+        outcome), ``intent_hash``, ``finished_at`` and ``compacted_at`` (ISO
+        8601), ``reference`` (the receipt's external reference, or ``None``)
+        and ``message`` (one line saying all of it).
+        """
+        reference = None if self.receipt is None else self.receipt.reference
+        compacted = self.compacted_at.isoformat(timespec="seconds")
+        receipt = f"receipt {reference}" if reference else "no receipt reference"
+        return {
+            "operation_id": self.operation_id,
+            "thread_id": self.thread_id,
+            "tool": self.tool,
+            "state": self.state.value,
+            "intent_hash": self.intent_hash,
+            "finished_at": self.finished_at.isoformat(),
+            "compacted_at": self.compacted_at.isoformat(),
+            "reference": reference,
+            "message": (
+                f"operation {self.operation_id} was compacted on {compacted}; it had intent "
+                f"hash {self.intent_hash} and {receipt} ({self.state.value})"
+            ),
+        }

@@ -476,6 +476,14 @@ class _Reader:
         found = self._rows(SQL_OPERATION_TOMBSTONE + " WHERE operation_id = %s", (operation_id,))
         return _operation_tombstone(found[0]) if found else None
 
+    def list_operation_tombstones(self, *, intent_hash: str) -> list[OperationTombstone]:
+        rows = self._rows(
+            SQL_OPERATION_TOMBSTONE
+            + " WHERE intent_hash = %s ORDER BY finished_at_ms, operation_id",
+            (intent_hash,),
+        )
+        return [_operation_tombstone(row) for row in rows]
+
 
 class _Transaction(_Reader):
     """Reads and writes inside one READ COMMITTED transaction; rows it reads are locked."""

@@ -194,7 +194,14 @@ _V2: tuple[str, ...] = (
     _refuse("ledger_thread_events", "truncate", "thread events are append-only"),
 )
 
-PG_MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2)
+_V3: tuple[str, ...] = (
+    # As SQLite's version 5: the possible-duplicate check at review also looks
+    # up compacted operations by intent.
+    """CREATE INDEX ledger_operation_tombstones_by_intent
+        ON ledger_operation_tombstones (intent_hash)""",
+)
+
+PG_MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3)
 """Statements per version; all pending versions run in one transaction under an advisory lock."""
 
 PG_LATEST_VERSION = len(PG_MIGRATIONS) - 1

@@ -454,6 +454,13 @@ class _Reader:
         ).fetchone()
         return None if found is None else _operation_tombstone(found)
 
+    def list_operation_tombstones(self, *, intent_hash: str) -> list[OperationTombstone]:
+        rows = self._conn.execute(
+            _SQL_OP_TOMBSTONE + " WHERE intent_hash = ? ORDER BY finished_at_ms, operation_id",
+            (intent_hash,),
+        )
+        return [_operation_tombstone(row) for row in rows]
+
 
 class _Transaction(_Reader):
     """Reads and writes inside one ``BEGIN IMMEDIATE`` transaction.

@@ -196,6 +196,10 @@ class StoreReader(Protocol):
         """Return what is left of a compacted operation, or ``None``."""
         ...
 
+    def list_operation_tombstones(self, *, intent_hash: str) -> list[OperationTombstone]:
+        """Return the tombstones of compacted operations of one intent, oldest finish first."""
+        ...
+
 
 class StoreTransaction(StoreReader, Protocol):
     """Reads and writes inside one atomic, isolated transaction.
