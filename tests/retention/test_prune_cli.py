@@ -138,3 +138,30 @@ def test_the_review_screen_shows_a_compacted_operation() -> None:
     SafeConsole(file=screen, width=400, color_system=None).print(action_panel(action, 1, 1))
     shown = " ".join(screen.getvalue().replace("│", " ").split())
     assert f"COMPACTED: {message}" in shown
+
+
+def test_prune_on_a_postgresql_state(tmp_path: Path, postgres_url: str) -> None:
+    """A state directory whose store is PostgreSQL: dry run, delete, threads says deleted.
+
+    The sizes are the tables' (``pg_total_relation_size``), and the run ends
+    with a VACUUM that gives the deleted thread's space back.
+    """
+    state = str(tmp_path / "state")
+    sd = ("--state-dir", state)
+    ran = eg("demo", *sd, "--store", postgres_url, "--thread", "demo-1", "--approve", "all")
+    assert ran.code == 0, ran.stderr
+    dry = eg("prune", *sd, "--thread", "demo-1", "--dry-run", "--json")
+    assert dry.code == 0, dry.stderr
+    assert dry.json["threads_deleted"] == ["demo-1"] and dry.json["payload_bytes"] > 0
+    assert eg("threads", *sd, "--json").json["threads"][0]["status"] == "done"
+    gone = eg("prune", *sd, "--thread", "demo-1", "--reason", "done with it", "--json")
+    assert gone.code == 0, gone.stderr
+    assert gone.json["checkpoints_removed"] == dry.json["checkpoints_removed"] > 0
+    files = gone.json["files"]
+    assert set(files) == {"checkpoints", "ledger"}
+    assert files["checkpoints"]["after"] < files["checkpoints"]["before"]
+    (thread,) = eg("threads", *sd, "--json").json["threads"]
+    assert thread["status"].startswith("deleted (") and "done with it" in thread["status"]
+    refused = eg("resume", *sd, "--thread", "demo-1")
+    assert refused.code == 2
+    assert "was deleted" in refused.stderr and "Traceback" not in refused.stderr

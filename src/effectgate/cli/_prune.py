@@ -1,4 +1,8 @@
-"""``effectgate prune``: retention for a state directory (``effectgate.retention``)."""
+"""``effectgate prune``: retention for a state directory (``effectgate.retention``).
+
+The state is wherever the directory keeps it: its SQLite files, or the
+PostgreSQL store its marker records (``--store`` on its first run).
+"""
 
 from __future__ import annotations
 
@@ -72,12 +76,7 @@ def run_prune(
     )
     policy.check()
     sd = StateDir.open(state_dir, create=False)
-    if sd.store is not None:
-        raise ConfigError(
-            f"{sd.root} keeps its state in PostgreSQL: prune works on the SQLite files of a "
-            "state directory only (on PostgreSQL, compact the ledger through the library)"
-        )
-    if not sd.ledger.is_file() or not sd.checkpoints.is_file():
+    if sd.store is None and (not sd.ledger.is_file() or not sd.checkpoints.is_file()):
         raise ConfigError(f"{sd.root} has no threads yet: nothing to prune")
     with inspection_agent(sd) as agent:
         for thread_id in threads:
