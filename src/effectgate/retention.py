@@ -34,6 +34,14 @@ themselves:
 A run ends with ``PRAGMA wal_checkpoint(TRUNCATE)`` and a VACUUM of both
 files, and reports their sizes before and after; ``dry_run`` only reports
 what would go.
+
+The same holds on PostgreSQL (``StepDurablePostgresSaver`` and
+``PostgresLedger``): the late-writer guard is a table of deleted threads and a
+``BEFORE INSERT`` trigger on ``checkpoints``, ``checkpoint_writes`` and
+``checkpoint_blobs``; ``keep_last`` also removes the channel blobs no kept
+checkpoint names; sizes are ``pg_total_relation_size`` of the tables, and the
+run ends with ``VACUUM (FULL, ANALYZE)`` (``vacuum="full"``) or ``VACUUM
+(ANALYZE)`` (``"incremental"``) of the tables it touched.
 """
 
 from __future__ import annotations
@@ -154,9 +162,11 @@ class PruneReport:
     """What a prune removed (or, with ``dry_run``, would remove).
 
     Byte counts: ``payload_bytes`` is the size of the rows removed (checkpoint
-    and metadata blobs, write values); ``files`` are the files' sizes on disk
-    (database plus WAL) before and after, the ``after`` equal to ``before`` in
-    a dry run.
+    and metadata blobs, write values; on PostgreSQL also the channel blobs no
+    kept checkpoint names). ``files`` holds, under ``checkpoints`` and
+    ``ledger``, the sizes before and after: of the SQLite files on disk
+    (database plus WAL), or of the PostgreSQL tables (``pg_total_relation_size``:
+    heap, TOAST and indexes). In a dry run ``after`` equals ``before``.
     """
 
     dry_run: bool

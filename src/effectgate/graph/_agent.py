@@ -928,10 +928,12 @@ class Agent:
 
         Returns:
             A ``PruneReport``: threads deleted and kept (with why), rows and
-            bytes removed, the files' sizes on disk before and after.
+            bytes removed, the sizes before and after (SQLite files on disk,
+            or PostgreSQL tables).
 
         Raises:
-            ConfigError: the policy is impossible, or the saver is not an SQLite one.
+            ConfigError: the policy is impossible, or the saver is neither an
+                SQLite nor a PostgreSQL one.
         """
         return prune(self, policy, dry_run=dry_run)
 
