@@ -4,7 +4,8 @@ Versioned exactly as the SQLite ones (``_migrations``): ``PG_MIGRATIONS[v]``
 takes a schema from version ``v - 1`` to ``v``, a released entry is never
 edited, and a store refuses a schema newer than ``PG_LATEST_VERSION``. The
 PostgreSQL line starts at 1 with what SQLite reached in two steps;
-version 2 brings what SQLite's versions 3 (retention) and 4 (thread events) added.
+version 2 brings what SQLite's versions 3 (retention) and 4 (thread events) added,
+version 3 what its version 5 added (tombstones looked up by intent hash).
 
 Columns keep the SQLite names and units (``*_ms`` integer milliseconds since
 the Unix epoch, ``*_s`` float seconds, ``*_json`` canonical JSON *text*, not
