@@ -770,10 +770,14 @@ class _PostgresCheckpoints(_CheckpointStore):
         )
         return n_c, n_w, b + int(b_b)
 
+    _guarded = False
+    """Whether this prune has set up the guard (once: it is DDL, and locks each table)."""
+
     def delete_thread(self, thread_id: str, at: datetime) -> None:
         with self._conn() as conn, conn.transaction():
-            for sql in _PG_GUARD_SQL:
-                conn.execute(sql)
+            if not self._guarded:
+                for sql in _PG_GUARD_SQL:
+                    conn.execute(sql)
             conn.execute(
                 f"INSERT INTO {GUARD_TABLE} (thread_id, deleted_at) VALUES (%s, %s) "
                 "ON CONFLICT (thread_id) DO NOTHING",
@@ -781,6 +785,7 @@ class _PostgresCheckpoints(_CheckpointStore):
             )
             for table in _PG_CHECKPOINT_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+        self._guarded = True
 
     def drop(self, thread_id: str, ns: str, ids: Sequence[str], *, dry_run: bool) -> Counted:
         n_c, n_w, b = self._count(thread_id, ns, ids)
@@ -871,7 +876,8 @@ def _postgres_ledger_sizes(ledger: Ledger) -> dict[str, int]:
         if conn is None:
             return {}
         (total,) = conn.execute(
-            _PG_RELATION_BYTES.replace("c.relname = ANY(%s)", "c.relname LIKE 'ledger\\_%%'")
+            _PG_RELATION_BYTES.replace("c.relname = ANY(%s)", "c.relname LIKE %s"),
+            ("ledger\\_%",),
         ).fetchone()
         return {"ledger": int(total)}
 

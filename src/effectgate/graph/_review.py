@@ -358,7 +358,9 @@ def _prepare_one(
         )
     )
     # Policy may approve without asking, but never an unsafe tool, a possible
-    # duplicate, or a call whose operation id is bound to other arguments.
+    # duplicate (of a compacted operation too), a call whose operation id is
+    # bound to other arguments, or one whose id was compacted (its outcome is
+    # no longer in the ledger: a replay or a new run reached it).
     policy_approves = not spec.needs_review or spec.name in policy.auto_approve
     flagged = (
         request["possible_duplicate_of"] is not None
