@@ -36,8 +36,9 @@ class Ran:
 
 
 def cli_env() -> dict[str, str]:
-    """The environment for a CLI subprocess: no inherited failpoint, wide plain output."""
-    env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
+    """The environment for a CLI subprocess: no inherited failpoint or editor, wide plain output."""
+    dropped = ("EFFECTGATE_FAILPOINT", "EDITOR", "VISUAL")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1"})
     return env
 

@@ -11,7 +11,7 @@ import pexpect
 from effectgate.ledger import SqliteLedger
 from tests.cli.conftest import cli_env, world, write_script
 
-CHOICES = "[approve/edit/reject/quit]"
+CHOICES = "[approve/edit/reject/respond/quit]"
 
 
 def _spawn(*args: str) -> pexpect.spawn:
@@ -62,6 +62,11 @@ def test_approve_edit_reject_at_the_terminal(tmp_path: Path) -> None:
     child.expect_exact('"content": "beta\\n"')  # the current arguments, ready to edit
     # Ctrl-U clears the prefilled line (readline), then the new arguments follow.
     child.sendline("\x15" + json.dumps({"path": "b.txt", "content": "BETA, edited\n"}))
+    child.expect_exact("...> ")
+    child.sendline(".")  # ends the arguments; the diff against the shown ones follows
+    child.expect_exact('+  "content": "BETA, edited\\n"')
+    child.expect_exact("[yes/edit/cancel]")
+    child.sendline("y")
     child.expect_exact("[3/3] write_file")
     child.expect_exact(CHOICES)
     child.sendline("r")

@@ -106,7 +106,7 @@ def test_signal_at_the_review_prompt_exits_5_and_runs_nothing(tmp_path: Path) ->
             "run", "write", "--model", f"scripted:{script}", "--state-dir", str(state),
             "--thread", "p",
         )  # fmt: skip
-        child.expect_exact("[approve/edit/reject/quit]")
+        child.expect_exact("[approve/edit/reject/respond/quit]")
         if name == "SIGINT":
             child.sendintr()
         else:

@@ -31,7 +31,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 from effectgate import StateDir
-from effectgate.demo.services import read_tickets
+from effectgate.demo.services import read_mails, read_tickets
 from effectgate.ledger import OpState, SqliteLedger
 from effectgate.testing.oracle import checkpoint_problems, world
 
@@ -45,10 +45,14 @@ NAMES = [
     "05_unknown_outcomes.ipynb",
     "06_custom_tools.ipynb",
     "07_bring_your_own_graph.ipynb",
+    "08_conversation.ipynb",
+    "09_served.ipynb",
 ]
 PICTURES = {"01_quickstart.ipynb": 2, "03_kill_and_resume.ipynb": 1, "05_unknown_outcomes.ipynb": 1}
 """How many PNG outputs each notebook shows (the graph, the state machine, timelines)."""
 CELL_TIMEOUT_S = 60
+SLOW_CELLS_S = {"09_served.ipynb": 180}
+"""Per-cell timeouts above ``CELL_TIMEOUT_S``: 09 starts ``langgraph dev`` (up to 90 s)."""
 KERNEL = "effectgate-test-venv"
 NOTE = "incidents/orders-error-rate.md"
 
@@ -206,10 +210,47 @@ def check_07(sd: StateDir, nb: Any) -> None:
     assert "ticket:orders-error-rate" in outputs_text(nb)
 
 
+def check_08(sd: StateDir, nb: Any) -> None:
+    # three turns on one thread: 1 ticket, 2 mails (on-call, then the edited recipient)
+    w = world(sd)
+    assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 2, 0, 0)
+    assert [m["rcpt_tos"] for m in read_mails(sd.services)] == [
+        ["oncall@example.com"],
+        ["dana.lead@example.com"],
+    ]
+    with SqliteLedger(sd.ledger) as ledger:
+        ops = ledger.list(thread_id="incident-1")
+        (edited,) = [op for op in ops if op.args.get("to") == ["dana.lead@example.com"]]
+        decisions = [a.decision for a in ledger.approvals(edited.operation_id)]
+        moves = [e.dst for e in ledger.events(operation_id=edited.operation_id) if e.dst]
+    assert [op.state for op in ops] == [OpState.SUCCEEDED] * 3  # ticket, two mails
+    assert decisions == ["edit"]
+    assert edited.attempt == 1 and edited.receipt is not None
+    assert edited.receipt.source == "reconcile"  # found by Message-ID after the kill
+    assert moves[-3:] == [OpState.IN_FLIGHT, OpState.UNKNOWN, OpState.SUCCEEDED]
+    assert checkpoint_problems(sd.checkpoints, "incident-1") == []
+    text = outputs_text(nb)
+    assert "exited with status 137" in text and "receipt (TICKET-1) was reused" in text
+
+
+def check_09(sd: StateDir, nb: Any) -> None:
+    w = world(sd)
+    assert (w.tickets, w.mails, list(w.files)) == (1, 1, [NOTE])
+    with SqliteLedger(sd.ledger) as ledger:
+        states = sorted((op.tool, op.state, op.attempt) for op in ledger.list())
+    assert states == [
+        ("create_ticket", OpState.SUCCEEDED, 1),
+        ("send_email", OpState.SUCCEEDED, 1),
+        ("write_file", OpState.SUCCEEDED, 1),
+    ]
+    text = outputs_text(nb)
+    assert "tickets: 1" in text and "server stopped: True" in text
+
+
 CHECKS: dict[str, Callable[[StateDir, Any], None]] = dict(
     zip(
         NAMES,
-        [check_01, check_02, check_03, check_04, check_05, check_06, check_07],
+        [check_01, check_02, check_03, check_04, check_05, check_06, check_07, check_08, check_09],
         strict=True,
     )
 )
@@ -271,7 +312,7 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     client = NotebookClient(
         nb,
         km=kernel_manager(tmp_path),
-        timeout=CELL_TIMEOUT_S,
+        timeout=SLOW_CELLS_S.get(name, CELL_TIMEOUT_S),
         resources={"metadata": {"path": str(work)}},
     )
     client.execute()

@@ -12,23 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from langgraph_sdk import get_sync_client
 
 from effectgate._app import StateDir
 from effectgate.demo import DemoServices
+from effectgate.testing.langgraph_dev import LangGraphDev as Server
 
 pytestmark = pytest.mark.slow
 
@@ -39,111 +35,13 @@ FLUSH_S = 10.0
 """The in-memory runtime writes its state to disk every 10 s (langgraph_runtime_inmem)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """One ``langgraph dev`` process in ``workdir``; restartable on the same state."""
-
-    def __init__(self, workdir: Path, state: StateDir, services: DemoServices) -> None:
-        self.workdir = workdir
-        self.state = state
-        self.services = services
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        config = json.loads((ROOT / "langgraph.json").read_text())
-        config["dependencies"] = [str(ROOT)]
-        (workdir / "langgraph.json").write_text(json.dumps(config))
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, **env: str) -> None:
-        endpoints = self.services.endpoints
-        full = {
-            **os.environ,
-            "EFFECTGATE_STATE_DIR": str(self.state.root),
-            "EFFECTGATE_SERVICES": json.dumps(
-                {
-                    "ticket_url": endpoints.ticket_url,
-                    "smtp_host": endpoints.smtp_host,
-                    "smtp_port": endpoints.smtp_port,
-                    "mail_url": endpoints.mail_url,
-                }
-            ),
-            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-            "LANGSMITH_TRACING": "false",
-            **env,
-        }
-        if "EFFECTGATE_FAILPOINT" not in env:
-            full.pop("EFFECTGATE_FAILPOINT", None)
-        log = (self.workdir / "server.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                str(LANGGRAPH),
-                "dev",
-                "--no-browser",
-                "--no-reload",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
-            cwd=self.workdir,
-            env=full,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"langgraph dev exited: {self.log()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"langgraph dev did not start: {self.log()[-2000:]}")
-
-    def log(self) -> str:
-        return (self.workdir / "server.log").read_text(errors="replace")
-
-    def wait_dead(self, timeout: float = 60) -> int:
-        assert self.proc is not None
-        code = self.proc.wait(timeout=timeout)
-        self._reap()
-        return code
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._reap()
-
-    def _reap(self) -> None:
-        # The server's own children (none expected), and its process group.
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-
 @pytest.fixture
 def server(tmp_path: Path, state_dir: StateDir, services: DemoServices) -> Iterator[Server]:
     if not LANGGRAPH.exists():
         pytest.fail(f"{LANGGRAPH} is missing: install the test extra (langgraph-cli[inmem])")
     work = tmp_path / "server"
     work.mkdir()
-    srv = Server(work, state_dir, services)
+    srv = Server(work, state_dir.root, services.endpoints, dependencies=[str(ROOT)])
     srv.start()
     try:
         yield srv

@@ -217,9 +217,13 @@ def jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=_default))
 
 
-def dumps(value: Any) -> str:
-    """Serialise ``value`` as one line of JSON, the way ``--json`` prints it."""
-    text = json.dumps(value, default=_default, ensure_ascii=False, sort_keys=False)
+def dumps(value: Any, *, indent: int | None = None) -> str:
+    r"""Serialise ``value`` as JSON, the way ``--json`` prints it (one line unless ``indent``).
+
+    Characters that could steer a terminal or an editor's display (see
+    ``terminal_safe``) are written as ``\uXXXX`` escapes: the same value, visibly.
+    """
+    text = json.dumps(value, default=_default, ensure_ascii=False, sort_keys=False, indent=indent)
     # JSON escapes C0 itself; these may only occur inside strings, where
     # \\uXXXX means the same character, so the object is unchanged.
     return _UNSAFE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

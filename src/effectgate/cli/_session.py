@@ -22,12 +22,13 @@ from effectgate._failpoints import ENV_VAR, Failpoint, per_tool
 from effectgate.answers import bind_decisions
 from effectgate.cli._decisions import DecisionSource, FileDecisions
 from effectgate.cli._render import tool_line
+from effectgate.cli._review_ui import TerminalReviewer, review_context
 from effectgate.cli._signals import Stopper
 from effectgate.errors import ConfigError, DecisionError
 
 if TYPE_CHECKING:
     from effectgate.graph import Agent, PendingInterrupt, RunResult
-    from effectgate.ledger import Ledger, Operation
+    from effectgate.ledger import Operation
 
 __all__ = [
     "Driven",
@@ -156,7 +157,7 @@ def _ask(
 
 
 def _answer(
-    pending: list[PendingInterrupt], source: DecisionSource, ledger: Ledger, stopper: Stopper
+    pending: list[PendingInterrupt], source: DecisionSource, agent: Agent, stopper: Stopper
 ) -> _Answers | None:
     """Ask ``source`` about each pending interrupt; bind each answer to the one it was read for.
 
@@ -170,13 +171,17 @@ def _answer(
         if item.kind == "review":
             if isinstance(source, FileDecisions):
                 given = source.review(value, item.id)
+            elif isinstance(source, TerminalReviewer):
+                # a person sees the model's stated reason; edits are checked by the tool's schema
+                context = review_context(agent, value)
+                given = _ask(source, stopper, partial(source.review, value, context))
             else:
                 given = _ask(source, stopper, partial(source.review, value))
             if given is not None:
                 answers.answers[item.id] = bind_decisions(value, given)
             continue
         op_id = str(value.get("operation_id"))
-        op = ledger.get(op_id)
+        op = agent.ledger.get(op_id)
         if op is not None and op.state.value != "NEEDS_RECONCILIATION":
             continue  # settled by ``effectgate reconcile``; the agent re-reads the ledger
         verdict = _ask(source, stopper, partial(source.verdict, value))
@@ -279,7 +284,7 @@ def drive(
         if key in answered:
             say("the same request came back after it was answered; leaving it pending")
             return Driven(result)
-        answers = _answer(result.interrupts, source, agent.ledger, stopper)
+        answers = _answer(result.interrupts, source, agent, stopper)
         if answers is None:
             return Driven(result)
         answered.add(key)
