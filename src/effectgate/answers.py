@@ -45,10 +45,12 @@ __all__ = [
     "PendingLike",
     "Resolution",
     "VerdictModel",
+    "as_payload",
     "bind_decisions",
     "check_review_answer",
     "decision_allowed",
     "describe_pending",
+    "question_text",
     "recorded_decision",
     "resolve",
     "settle_stale",
@@ -129,6 +131,29 @@ def validate_verdict(value: Any) -> Verdict:
     return verdict
 
 
+_OWN_KINDS = frozenset({"review", "reconciliation"})
+
+
+def as_payload(value: Any) -> Mapping[str, Any]:
+    """An interrupt's payload as effectgate reports it.
+
+    Reviews and reconciliations (raised by effectgate) are kept as they are.
+    Anything else was raised by a tool body asking the user (LangGraph's
+    ``interrupt(value)``): it becomes ``{"type": "question", "question":
+    value}``; its answer is delivered to the body unchanged.
+    """
+    if isinstance(value, Mapping) and value.get("type") in _OWN_KINDS:
+        return value
+    return {"type": "question", "question": value}
+
+
+def question_text(value: Any, limit: int = 120) -> str:
+    """A tool's question in one line of at most ``limit`` characters (untrusted text)."""
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class PendingLike(Protocol):
     """A pending interrupt as the runner reports it (``PendingInterrupt``)."""
 
@@ -144,7 +169,7 @@ class PendingLike(Protocol):
 
     @property
     def kind(self) -> str:
-        """``"review"`` or ``"reconciliation"``."""
+        """``"review"``, ``"reconciliation"`` or ``"question"``."""
         ...
 
 
@@ -167,9 +192,11 @@ def describe_pending(pending: Sequence[PendingLike]) -> str:
                 for a in item.value.get("action_requests", ())
             )
             parts.append(f"review {item.id} ({calls})")
+        elif item.kind == "question":
+            parts.append(f"question {item.id} ({question_text(item.value.get('question'))})")
         else:
             parts.append(f"reconciliation {item.id} ({item.value.get('operation_id')})")
-    lead = "" if any(i.kind == "review" for i in pending) else "no review is pending; "
+    lead = "" if any(i.kind != "reconciliation" for i in pending) else "no review is pending; "
     return lead + "pending: " + "; ".join(parts)
 
 
@@ -342,6 +369,8 @@ def resolve(
             if not isinstance(answer, Mapping):
                 raise DecisionError('a review answer must look like {"decisions": [...]}')
             res.resume[item.id] = _review_value(item, answer)
+        elif item.kind == "question":
+            res.resume[item.id] = answer  # a tool's own question: its answer, unchanged
         else:
             res.resume[item.id] = _verdict_value(item, answer, ledger)
     if decisions is not None:
@@ -353,7 +382,7 @@ def resolve(
 def _resolve_verdicts(
     pending: Sequence[PendingLike], verdicts: Mapping[str, Any], ledger: Ledger, res: Resolution
 ) -> None:
-    asked = {str(i.value.get("operation_id")): i for i in pending if i.kind != "review"}
+    asked = {str(i.value.get("operation_id")): i for i in pending if i.kind == "reconciliation"}
     stray = sorted(set(verdicts) - set(asked))
     if stray:
         raise DecisionError(

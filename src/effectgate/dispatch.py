@@ -127,6 +127,12 @@ class Dispatcher:
         clock: time source; defaults to the system clock.
         on_wait: called before each backoff wait (progress display).
         default_budget: budget for operations the review did not create.
+        questions: exception types a tool body raises to ask a person
+            something before it acts (the graph passes LangGraph's
+            ``GraphInterrupt``, raised by ``interrupt()``). Such an exception
+            is control flow, not a failure: the attempt's claim is released
+            (``Ledger.release_claim``, no attempt used) and the exception
+            propagates to the caller, which re-runs the call with the answer.
 
     Note:
         Exactly-once *effects* come from the ledger plus the tool's contract;
@@ -142,6 +148,7 @@ class Dispatcher:
         clock: Clock | None = None,
         on_wait: WaitHook | None = None,
         default_budget: Budget | None = None,
+        questions: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.ledger = ledger
         self.tools = dict(tools)
@@ -149,6 +156,7 @@ class Dispatcher:
         self.clock = clock or SystemClock()
         self.on_wait = on_wait
         self.default_budget = default_budget or Budget()
+        self.questions = questions
 
     # ------------------------------------------------------------------ entry
 
@@ -431,6 +439,14 @@ class Dispatcher:
         ctx = self._context(call, op)
         try:
             result = spec.call(args, ctx)
+        except self.questions:
+            # The body asked a person (LangGraph's ``interrupt()``) and stopped
+            # there, before acting: give the attempt back and let the question
+            # reach the caller. The re-run with the answer claims it again.
+            self.ledger.release_claim(
+                op.operation_id, attempt=op.attempt, reason=f"{spec.name} asked a question"
+            )
+            raise
         except Rejected as exc:
             # This attempt did not apply; an earlier one may have (then: UNKNOWN).
             state = OpState.UNKNOWN if self._maybe_applied(op) else OpState.FAILED

@@ -358,6 +358,11 @@ def _next_steps(result: RunResult, code: ExitCode, state_dir: Path | None) -> Se
             op_id = str(item.value.get("operation_id"))
             settle = command_hint(state_dir, "reconcile", op_id, "--succeeded", "REF")
             lines.append(f"settle it with: {settle}  (or --failed)")
+        elif item.kind == "question":
+            lines.append(
+                f'answer the question with a decisions file {{"answers": {{"{item.id}": ...}}}} '
+                "and resume --decisions FILE"
+            )
     resume = command_hint(state_dir, "resume", "--thread", result.thread_id)
     lines.append(f"continue with: {resume}")
     return lines

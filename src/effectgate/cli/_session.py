@@ -175,6 +175,13 @@ def _answer(
             if given is not None:
                 answers.answers[item.id] = bind_decisions(value, given)
             continue
+        if item.kind == "question":
+            # A tool's own question: only a decisions file naming its id answers it.
+            if isinstance(source, FileDecisions):
+                found, reply = source.question(item.id)
+                if found:
+                    answers.answers[item.id] = reply
+            continue
         op_id = str(value.get("operation_id"))
         op = ledger.get(op_id)
         if op is not None and op.state.value != "NEEDS_RECONCILIATION":

@@ -92,8 +92,19 @@ class PendingInterrupt:
 
     @property
     def kind(self) -> str:
-        """``"review"`` or ``"reconciliation"``."""
+        """``"review"``, ``"reconciliation"`` or ``"question"``."""
         return str(self.value.get("type", "review"))
+
+    @classmethod
+    def of(cls, interrupt_id: str, value: Any) -> PendingInterrupt:
+        """Wrap one LangGraph interrupt; anything effectgate did not raise is a question.
+
+        A tool body may ask the user with ``interrupt(value)`` (LangGraph's
+        documented pattern); its ``value`` is kept as given under
+        ``{"type": "question", "question": value}``, and the answer given
+        for this id is delivered to the body unchanged (docs/answers.md).
+        """
+        return cls(id=interrupt_id, value=answer_protocol.as_payload(value))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1007,7 +1018,7 @@ class Agent:
 
     @staticmethod
     def _interrupts(snapshot: Any) -> list[PendingInterrupt]:
-        return [PendingInterrupt(id=i.id, value=i.value) for i in snapshot.interrupts]
+        return [PendingInterrupt.of(i.id, i.value) for i in snapshot.interrupts]
 
     @contextmanager
     def _lease(self, thread_id: str, notes: list[str]) -> Iterator[Lease]:
@@ -1242,7 +1253,7 @@ class _Seen:
     def add(self, chunk: Mapping[str, Any]) -> None:
         for node, update in chunk.items():
             if node == "__interrupt__":
-                self.interrupts += [PendingInterrupt(id=i.id, value=i.value) for i in update]
+                self.interrupts += [PendingInterrupt.of(i.id, i.value) for i in update]
                 continue
             if node != "agent" and isinstance(update, Mapping):
                 named = _operation_ids(update.get("messages") or [])
@@ -1333,6 +1344,8 @@ def _never_started(op: Operation) -> bool:
 
 
 def _pending_line(item: PendingInterrupt) -> str:
+    if item.kind == "question":
+        return f"question {item.id}: {answer_protocol.question_text(item.value.get('question'))}"
     if item.kind == "review":
         calls = ", ".join(
             f"{a.get('name')} ({a.get('operation_id')})"
