@@ -52,8 +52,10 @@ __all__ = [
     "describe_pending",
     "question_text",
     "recorded_decision",
+    "recorded_verdict",
     "resolve",
     "settle_stale",
+    "settle_verdict",
     "validate_verdict",
 ]
 
@@ -302,6 +304,8 @@ class Resolution:
     """Interrupt id -> resume value, for the pending interrupts answered."""
     stale: list[tuple[str | None, Mapping[str, Any]]] = field(default_factory=list)
     """Review answers bound to nothing pending: (interrupt id named or ``None``, answer)."""
+    settled: list[AnswerOutcome] = field(default_factory=list)
+    """Verdicts re-sent for operations already settled the same way (``settle_verdict``)."""
 
 
 def _review_value(item: PendingLike, answer: Mapping[str, Any]) -> dict[str, Any]:
@@ -383,13 +387,21 @@ def _resolve_verdicts(
     pending: Sequence[PendingLike], verdicts: Mapping[str, Any], ledger: Ledger, res: Resolution
 ) -> None:
     asked = {str(i.value.get("operation_id")): i for i in pending if i.kind == "reconciliation"}
-    stray = sorted(set(verdicts) - set(asked))
-    if stray:
-        raise DecisionError(
-            f"no pending reconciliation for operation(s) {', '.join(stray)}; "
-            f"{describe_pending(pending)}"
-        )
+    for op_id in sorted(set(verdicts) - set(asked)):
+        # Not asked now: the same verdict again returns the recorded outcome.
+        given = verdicts[op_id]
+        outcome = None
+        if ledger.get(op_id) is not None and isinstance(given, Mapping):
+            outcome = settle_verdict(ledger, op_id, validate_verdict(given), pending=pending)
+        if outcome is None:
+            raise DecisionError(
+                f"no pending reconciliation for operation {op_id} in this thread; "
+                f"{describe_pending(pending)}"
+            )
+        res.settled.append(outcome)
     for op_id, given in verdicts.items():
+        if op_id not in asked:
+            continue
         item = asked[op_id]
         res.resume[item.id] = _verdict_value(item, given, ledger)
     # A reconciliation settled outside the graph (``effectgate reconcile``)
@@ -476,8 +488,8 @@ class AnswerOutcome:
     """What became of an answer to a review that is no longer open."""
 
     interrupt_id: str | None
-    decisions: list[tuple[str, DecisionKind]]
-    """(operation id, recorded decision) for each call the answer named."""
+    decisions: list[tuple[str, str]]
+    """(operation id, recorded decision or verdict) for each call the answer named."""
 
     def describe(self) -> str:
         """One line: ``already decided: op (approve), ...``."""
@@ -532,7 +544,7 @@ def settle_stale(
             f"this answer is for {what}, which is not pending (answered elsewhere, or not a "
             f"review of this thread); nothing ran. {describe_pending(pending)}"
         )
-    recorded: list[tuple[str, DecisionKind]] = []
+    recorded: list[tuple[str, str]] = []
     contradictions = []
     for action, decision in zip(actions, decisions, strict=True):
         op_id = str(action.get("operation_id"))
@@ -575,6 +587,109 @@ def settle_stale(
             "refused and recorded, nothing ran"
         )
     return AnswerOutcome(interrupt_id=interrupt_id, decisions=recorded)
+
+
+def recorded_verdict(
+    ledger: Ledger, operation_id: str, attempt: int | None = None
+) -> tuple[str, str, int, str | None] | None:
+    """The latest human verdict recorded on an operation (for ``attempt``, if given).
+
+    Returns:
+        ``(verdict, reviewer, attempt, reference)`` read from the transition
+        event that applied it, or ``None`` if no verdict was ever applied.
+    """
+    for event in reversed(ledger.events(operation_id=operation_id)):
+        kind = event.detail.get("verdict")
+        if event.src is not OpState.NEEDS_RECONCILIATION or not isinstance(kind, str):
+            continue
+        if attempt is not None and event.attempt != attempt:
+            continue
+        reference = event.detail.get("reference")
+        return (
+            kind,
+            str(event.detail.get("reviewer") or "human"),
+            event.attempt,
+            reference if isinstance(reference, str) else None,
+        )
+    return None
+
+
+def settle_verdict(
+    ledger: Ledger,
+    operation_id: str,
+    verdict: Mapping[str, Any],
+    *,
+    pending: Sequence[PendingLike] = (),
+) -> AnswerOutcome | None:
+    """Judge a verdict for an operation that no longer waits for that verdict.
+
+    A verdict re-sent for an attempt already settled returns the recorded
+    outcome; a different one is refused, naming the recorded verdict, and
+    the refusal is written to the ledger (``Ledger.note``). Mirrors
+    ``settle_stale`` for review answers.
+
+    Args:
+        ledger: read for the operation and its verdicts, written for refusals.
+        operation_id: the operation the verdict names.
+        verdict: a validated verdict (``validate_verdict``).
+        pending: what is pending now (named in refusals).
+
+    Returns:
+        ``None`` when the operation is not settled and holds no verdict for
+        the attempt named (parked: the caller applies it, which changes
+        nothing for another attempt). Otherwise the recorded outcome, when
+        the verdict agrees with it.
+
+    Raises:
+        DecisionError: an unknown operation, or a verdict that contradicts
+            the recorded verdict or the operation's final state (the refusal
+            is recorded as a ``note`` event).
+    """
+    op = ledger.get(operation_id)
+    if op is None:
+        raise DecisionError(f"unknown operation {operation_id!r}")
+    given = verdict.get("verdict")
+    bound = verdict.get("attempt")
+    if given == "ledger":
+        return None
+    if op.state is OpState.NEEDS_RECONCILIATION and bound in (None, op.attempt):
+        return None
+    found = recorded_verdict(ledger, operation_id, bound if isinstance(bound, int) else None)
+    if found is not None:
+        kind, reviewer, attempt, reference = found
+        same_ref = verdict.get("reference") in (None, reference) or kind != "succeeded"
+        if kind == given and same_ref:
+            return AnswerOutcome(interrupt_id=None, decisions=[(operation_id, kind)])
+        why = (
+            f"{operation_id} was already decided: verdict {kind} by {reviewer} for attempt "
+            f"{attempt}" + (f" (reference {reference})" if reference else "")
+        )
+    elif op.is_terminal:
+        settled_as = {OpState.SUCCEEDED: "succeeded", OpState.FAILED: "failed"}.get(op.state)
+        if settled_as == given:
+            return AnswerOutcome(interrupt_id=None, decisions=[(operation_id, str(given))])
+        why = f"{operation_id} already ended {op.state.value} at attempt {op.attempt}" + (
+            f" ({op.error})" if op.error else ""
+        )
+    else:
+        # Not settled and no verdict for that attempt: ``apply_verdict`` decides
+        # (a verdict for another attempt than the one asked changes nothing).
+        return None
+    ledger.note(
+        operation_id,
+        {
+            "refused_verdict": {
+                "verdict": given,
+                "attempt": bound,
+                "reviewer": verdict.get("reviewer"),
+            },
+            "reason": why,
+        },
+    )
+    raise DecisionError(
+        f"verdict {given!r} refused: {why}; the verdict was refused and recorded, nothing "
+        f"changed. {describe_pending(pending)}"
+    )
 
 
 def started(state: OpState) -> bool:

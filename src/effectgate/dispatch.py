@@ -36,6 +36,7 @@ from effectgate._clock import Clock, SystemClock
 from effectgate._failpoints import Failpoint
 from effectgate._process import owner_is_gone
 from effectgate._verdicts import Verdict, apply_verdict, validate_verdict
+from effectgate.answers import settle_verdict
 from effectgate.errors import (
     ClaimLostError,
     DecisionError,
@@ -741,14 +742,26 @@ class Dispatcher:
         late). Recording "not applied" for an effect the lookup finds would
         invite the model to do it again.
 
+        Idempotent (``effectgate.answers.settle_verdict``): the same verdict
+        again for an attempt it already settled returns the operation as
+        recorded; a different one is refused, naming the recorded verdict,
+        and the refusal is written to the ledger as a ``note`` event.
+
+        Returns:
+            The operation after the verdict (or as recorded, for a repeat).
+
         Raises:
             DecisionError: a verdict ``validate_verdict`` refuses (unknown
                 keys, a reference that is not a non-empty string, ``retry``
                 without the acknowledgement), ``retry`` with no attempts
-                left, an unknown operation, or ``failed`` for an effect the
-                lookup now finds.
+                left, an unknown operation, ``failed`` for an effect the
+                lookup now finds, or a verdict that contradicts the one
+                recorded (or names an attempt nobody asked about).
         """
         verdict = validate_verdict(verdict)  # a public entry: never trust the caller's shape
+        op = self.ledger.get(operation_id)
+        if op is not None and settle_verdict(self.ledger, operation_id, verdict) is not None:
+            return op  # the same verdict again: the recorded outcome
         if verdict.get("verdict") == "failed":
             self._refuse_if_found(operation_id)
         return apply_verdict(self.ledger, operation_id, verdict, now=self.clock.now())

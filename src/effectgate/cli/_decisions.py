@@ -257,6 +257,15 @@ class FileDecisions:
         answer = {"decisions": decisions, "reviewer": entry.get("reviewer", self.reviewer)}
         return bind_decisions(request, answer)
 
+    def take_unused_verdicts(self) -> dict[str, dict[str, Any]]:
+        """The verdicts no pending reconciliation asked for, each with the file's reviewer, once."""
+        out = {
+            op_id: {"reviewer": self.reviewer, **self._verdicts.pop(op_id)}
+            for op_id in sorted(set(self._verdicts) - self._used)
+        }
+        self._used.update(out)
+        return out
+
     def question(self, interrupt_id: str) -> tuple[bool, Any]:
         """The file's answer to a tool's question, by interrupt id, once.
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effectgate._failpoints import ENV_VAR, Failpoint, per_tool
-from effectgate.answers import bind_decisions
+from effectgate.answers import bind_decisions, settle_verdict, validate_verdict
 from effectgate.cli._decisions import DecisionSource, FileDecisions
 from effectgate.cli._render import tool_line
 from effectgate.cli._signals import Stopper
@@ -209,6 +209,26 @@ def _leftover(source: FileDecisions, answers: _Answers) -> None:
                 "decisions file: more than one answer matches no pending review; "
                 "pin them with interrupt_id; nothing ran"
             )
+
+
+def judge_unused_verdicts(agent: Agent, source: DecisionSource, say: Say) -> None:
+    """Judge a decisions file's verdicts that nothing asked for (``answers.settle_verdict``).
+
+    The same verdict as the one recorded for the operation is reported
+    ("already decided"); a different one raises, and the refusal is in the
+    ledger. A verdict for an operation still parked elsewhere is left (noted).
+
+    Raises:
+        DecisionError: a verdict contradicts the recorded one (exit 2).
+    """
+    if not isinstance(source, FileDecisions):
+        return
+    for op_id, given in source.take_unused_verdicts().items():
+        outcome = settle_verdict(agent.ledger, op_id, validate_verdict(given))
+        if outcome is None:
+            say(f"decisions file: verdict for {op_id} not used (nothing here asked for it)")
+        else:
+            say(outcome.describe())
 
 
 def judge_leftover(

@@ -601,7 +601,7 @@ class Agent:
                     verdicts=verdicts,
                     answers=answers,
                 )
-                if not res.stale:
+                if not res.stale and not res.settled:
                     if not res.resume:
                         self._stops[thread_id] = stop
                         return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
@@ -624,6 +624,7 @@ class Agent:
             pending, ledger=self.ledger, decisions=decisions, verdicts=verdicts, answers=answers
         )
         settled = [self._judge_stale(thread_id, named, a, pending) for named, a in res.stale]
+        settled += res.settled
         given = decisions is not None or bool(verdicts) or bool(answers)
         result = self._go_on(thread_id, snapshot, res.resume, pending, given=given, settled=settled)
         if settled:
