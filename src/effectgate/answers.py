@@ -232,6 +232,22 @@ def bind_decisions(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dic
     return {**answer, "decisions": bound}
 
 
+def _order_problem(
+    request: Mapping[str, Any], named: Sequence[tuple[str, str]], what: str
+) -> str | None:
+    """The refusal for decisions that name a review's calls in another order, or ``None``."""
+    shown = _shown(request)
+    if list(named) == shown or sorted(named) != sorted(shown):
+        return None
+    order = ", ".join(
+        f"{a.get('name')} {a.get('operation_id')}" for a in request.get("action_requests", ())
+    )
+    return (
+        f"the decisions for {what} name its calls in another order: it shows {order}; give one "
+        "decision per call in that order; nothing ran"
+    )
+
+
 def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
     """Whether a decision type may answer a call whose review allows ``allowed``.
 
@@ -241,8 +257,12 @@ def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
     return kind in allowed or (kind == "respond" and "reject" in allowed)
 
 
-def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
+def check_review_answer(
+    request: Mapping[str, Any], answer: Mapping[str, Any], *, what: str = "this review"
+) -> None:
     """Check a review answer's shape against the request before resuming.
+
+    ``what`` names the review in refusals (``review <interrupt id>``).
 
     Raises:
         DecisionError: not ``{"decisions": [...]}``, wrong count, a decision
@@ -260,6 +280,15 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
             f"{len(decisions)} decision(s) for {len(actions)} pending call(s): "
             "answer every call, in order"
         )
+    named = [
+        (str(d.get("operation_id")), str(d.get("intent_hash")))
+        for d in decisions
+        if isinstance(d, Mapping) and d.get("operation_id") and d.get("intent_hash")
+    ]
+    if len(named) == len(decisions):
+        problem = _order_problem(request, named, what)
+        if problem is not None:
+            raise DecisionError(problem)
     for action, config, decision in zip(actions, configs, decisions, strict=True):
         kind = decision.get("type") if isinstance(decision, Mapping) else None
         if not decision_allowed(kind, config.get("allowed_decisions", [])):
@@ -269,10 +298,10 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
             )
         assert isinstance(decision, Mapping)
         for key in ("tool_call_id", "operation_id", "intent_hash"):
-            named = decision.get(key)
-            if named is not None and named != action.get(key):
+            given = decision.get(key)
+            if given is not None and given != action.get(key):
                 raise DecisionError(
-                    f"a decision names {key} {named!r} where the review shows "
+                    f"a decision names {key} {given!r} where the review shows "
                     f"{action.get(key)!r} ({action['name']}); nothing ran"
                 )
         if kind == "edit":
@@ -309,7 +338,7 @@ class Resolution:
 
 
 def _review_value(item: PendingLike, answer: Mapping[str, Any]) -> dict[str, Any]:
-    check_review_answer(item.value, answer)
+    check_review_answer(item.value, answer, what=f"review {item.id}")
     shown = _shown(item.value)
     clean = {k: v for k, v in answer.items() if k != "interrupt_id"}
     return {
@@ -436,6 +465,10 @@ def _resolve_decisions(
         if _shown(item.value) == named:
             res.resume[item.id] = _review_value(item, decisions)
             return
+    for item in reviews:
+        problem = _order_problem(item.value, named, f"review {item.id}")
+        if problem is not None:
+            raise DecisionError(f"{problem}. {describe_pending(pending)}")
     res.stale.append((None, decisions))
 
 
@@ -583,8 +616,9 @@ def settle_stale(
             for op, given, kind, who in contradictions
         )
         raise DecisionError(
-            f"this answer is for {what}, which is not pending: {listed}; the answer was "
-            "refused and recorded, nothing ran"
+            f"this answer is for {what}, which is not pending (no longer open): {listed}; the "
+            "answer was "
+            f"refused and recorded, nothing ran. {describe_pending(pending)}"
         )
     return AnswerOutcome(interrupt_id=interrupt_id, decisions=recorded)
 
