@@ -329,11 +329,7 @@ class Dispatcher:
                 message="stored receipt returned; not executed again",
             )
         if state is OpState.FAILED:
-            return Outcome(
-                status=DispatchStatus.FAILED,
-                operation=op,
-                message=op.error or "the operation failed",
-            )
+            return Outcome(status=DispatchStatus.FAILED, operation=op, message=_failed(op))
         if state is OpState.REJECTED:
             return Outcome(
                 status=DispatchStatus.REJECTED,
@@ -450,8 +446,12 @@ class Dispatcher:
             raise
         except Rejected as exc:
             # This attempt did not apply; an earlier one may have (then: UNKNOWN).
-            state = OpState.UNKNOWN if self._maybe_applied(op) else OpState.FAILED
-            return self._record(op, state, error=f"rejected: {exc}")
+            if self._maybe_applied(op):
+                why = (
+                    f"the service refused attempt {op.attempt}, but an earlier one may have applied"
+                )
+                return self._record(op, OpState.UNKNOWN, error=f"{why}: {exc}")
+            return self._record(op, OpState.FAILED, error=f"the service refused the request: {exc}")
         except NotAccepted as exc:
             nxt = self.ledger.next_attempt_at(op, retry_after=exc.retry_after)
             if nxt is None:
@@ -781,6 +781,21 @@ class Dispatcher:
                 f"verdict 'failed' refused for {operation_id!r}: the lookup now finds the "
                 f"effect ({lookup.detail or 'found'}); it took effect, answer 'succeeded'"
             )
+
+
+def _failed(op: Operation) -> str:
+    """What the model is told about a FAILED operation: what failed, and that it took no effect.
+
+    A tool's runtime failure is never worded as a reviewer's reject: that
+    answer (``DispatchStatus.REJECTED``) is only for a person's "no".
+    """
+    detail = op.error or "no detail recorded"
+    if op.attempt == 0:
+        return f"{op.tool} was not run: {detail}"
+    return (
+        f"{op.tool} failed at attempt {op.attempt} of {op.budget.max_attempts}: {detail}. "
+        "Per the ledger it did not take effect (known not applied)"
+    )
 
 
 def _jsonable(value: Any) -> Any:
