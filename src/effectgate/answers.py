@@ -45,13 +45,17 @@ __all__ = [
     "PendingLike",
     "Resolution",
     "VerdictModel",
+    "as_payload",
     "bind_decisions",
     "check_review_answer",
     "decision_allowed",
     "describe_pending",
+    "question_text",
     "recorded_decision",
+    "recorded_verdict",
     "resolve",
     "settle_stale",
+    "settle_verdict",
     "validate_verdict",
 ]
 
@@ -129,6 +133,29 @@ def validate_verdict(value: Any) -> Verdict:
     return verdict
 
 
+_OWN_KINDS = frozenset({"review", "reconciliation"})
+
+
+def as_payload(value: Any) -> Mapping[str, Any]:
+    """An interrupt's payload as effectgate reports it.
+
+    Reviews and reconciliations (raised by effectgate) are kept as they are.
+    Anything else was raised by a tool body asking the user (LangGraph's
+    ``interrupt(value)``): it becomes ``{"type": "question", "question":
+    value}``; its answer is delivered to the body unchanged.
+    """
+    if isinstance(value, Mapping) and value.get("type") in _OWN_KINDS:
+        return value
+    return {"type": "question", "question": value}
+
+
+def question_text(value: Any, limit: int = 120) -> str:
+    """A tool's question in one line of at most ``limit`` characters (untrusted text)."""
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class PendingLike(Protocol):
     """A pending interrupt as the runner reports it (``PendingInterrupt``)."""
 
@@ -144,7 +171,7 @@ class PendingLike(Protocol):
 
     @property
     def kind(self) -> str:
-        """``"review"`` or ``"reconciliation"``."""
+        """``"review"``, ``"reconciliation"`` or ``"question"``."""
         ...
 
 
@@ -167,9 +194,11 @@ def describe_pending(pending: Sequence[PendingLike]) -> str:
                 for a in item.value.get("action_requests", ())
             )
             parts.append(f"review {item.id} ({calls})")
+        elif item.kind == "question":
+            parts.append(f"question {item.id} ({question_text(item.value.get('question'))})")
         else:
             parts.append(f"reconciliation {item.id} ({item.value.get('operation_id')})")
-    lead = "" if any(i.kind == "review" for i in pending) else "no review is pending; "
+    lead = "" if any(i.kind != "reconciliation" for i in pending) else "no review is pending; "
     return lead + "pending: " + "; ".join(parts)
 
 
@@ -203,6 +232,22 @@ def bind_decisions(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dic
     return {**answer, "decisions": bound}
 
 
+def _order_problem(
+    request: Mapping[str, Any], named: Sequence[tuple[str, str]], what: str
+) -> str | None:
+    """The refusal for decisions that name a review's calls in another order, or ``None``."""
+    shown = _shown(request)
+    if list(named) == shown or sorted(named) != sorted(shown):
+        return None
+    order = ", ".join(
+        f"{a.get('name')} {a.get('operation_id')}" for a in request.get("action_requests", ())
+    )
+    return (
+        f"the decisions for {what} name its calls in another order: it shows {order}; give one "
+        "decision per call in that order; nothing ran"
+    )
+
+
 def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
     """Whether a decision type may answer a call whose review allows ``allowed``.
 
@@ -212,8 +257,12 @@ def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
     return kind in allowed or (kind == "respond" and "reject" in allowed)
 
 
-def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
+def check_review_answer(
+    request: Mapping[str, Any], answer: Mapping[str, Any], *, what: str = "this review"
+) -> None:
     """Check a review answer's shape against the request before resuming.
+
+    ``what`` names the review in refusals (``review <interrupt id>``).
 
     Raises:
         DecisionError: not ``{"decisions": [...]}``, wrong count, a decision
@@ -231,6 +280,15 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
             f"{len(decisions)} decision(s) for {len(actions)} pending call(s): "
             "answer every call, in order"
         )
+    named = [
+        (str(d.get("operation_id")), str(d.get("intent_hash")))
+        for d in decisions
+        if isinstance(d, Mapping) and d.get("operation_id") and d.get("intent_hash")
+    ]
+    if len(named) == len(decisions):
+        problem = _order_problem(request, named, what)
+        if problem is not None:
+            raise DecisionError(problem)
     for action, config, decision in zip(actions, configs, decisions, strict=True):
         kind = decision.get("type") if isinstance(decision, Mapping) else None
         if not decision_allowed(kind, config.get("allowed_decisions", [])):
@@ -240,10 +298,10 @@ def check_review_answer(request: Mapping[str, Any], answer: Mapping[str, Any]) -
             )
         assert isinstance(decision, Mapping)
         for key in ("tool_call_id", "operation_id", "intent_hash"):
-            named = decision.get(key)
-            if named is not None and named != action.get(key):
+            given = decision.get(key)
+            if given is not None and given != action.get(key):
                 raise DecisionError(
-                    f"a decision names {key} {named!r} where the review shows "
+                    f"a decision names {key} {given!r} where the review shows "
                     f"{action.get(key)!r} ({action['name']}); nothing ran"
                 )
         if kind == "edit":
@@ -275,10 +333,12 @@ class Resolution:
     """Interrupt id -> resume value, for the pending interrupts answered."""
     stale: list[tuple[str | None, Mapping[str, Any]]] = field(default_factory=list)
     """Review answers bound to nothing pending: (interrupt id named or ``None``, answer)."""
+    settled: list[AnswerOutcome] = field(default_factory=list)
+    """Verdicts re-sent for operations already settled the same way (``settle_verdict``)."""
 
 
 def _review_value(item: PendingLike, answer: Mapping[str, Any]) -> dict[str, Any]:
-    check_review_answer(item.value, answer)
+    check_review_answer(item.value, answer, what=f"review {item.id}")
     shown = _shown(item.value)
     clean = {k: v for k, v in answer.items() if k != "interrupt_id"}
     return {
@@ -342,6 +402,8 @@ def resolve(
             if not isinstance(answer, Mapping):
                 raise DecisionError('a review answer must look like {"decisions": [...]}')
             res.resume[item.id] = _review_value(item, answer)
+        elif item.kind == "question":
+            res.resume[item.id] = answer  # a tool's own question: its answer, unchanged
         else:
             res.resume[item.id] = _verdict_value(item, answer, ledger)
     if decisions is not None:
@@ -353,14 +415,22 @@ def resolve(
 def _resolve_verdicts(
     pending: Sequence[PendingLike], verdicts: Mapping[str, Any], ledger: Ledger, res: Resolution
 ) -> None:
-    asked = {str(i.value.get("operation_id")): i for i in pending if i.kind != "review"}
-    stray = sorted(set(verdicts) - set(asked))
-    if stray:
-        raise DecisionError(
-            f"no pending reconciliation for operation(s) {', '.join(stray)}; "
-            f"{describe_pending(pending)}"
-        )
+    asked = {str(i.value.get("operation_id")): i for i in pending if i.kind == "reconciliation"}
+    for op_id in sorted(set(verdicts) - set(asked)):
+        # Not asked now: the same verdict again returns the recorded outcome.
+        given = verdicts[op_id]
+        outcome = None
+        if ledger.get(op_id) is not None and isinstance(given, Mapping):
+            outcome = settle_verdict(ledger, op_id, validate_verdict(given), pending=pending)
+        if outcome is None:
+            raise DecisionError(
+                f"no pending reconciliation for operation {op_id} in this thread; "
+                f"{describe_pending(pending)}"
+            )
+        res.settled.append(outcome)
     for op_id, given in verdicts.items():
+        if op_id not in asked:
+            continue
         item = asked[op_id]
         res.resume[item.id] = _verdict_value(item, given, ledger)
     # A reconciliation settled outside the graph (``effectgate reconcile``)
@@ -395,6 +465,10 @@ def _resolve_decisions(
         if _shown(item.value) == named:
             res.resume[item.id] = _review_value(item, decisions)
             return
+    for item in reviews:
+        problem = _order_problem(item.value, named, f"review {item.id}")
+        if problem is not None:
+            raise DecisionError(f"{problem}. {describe_pending(pending)}")
     res.stale.append((None, decisions))
 
 
@@ -447,8 +521,8 @@ class AnswerOutcome:
     """What became of an answer to a review that is no longer open."""
 
     interrupt_id: str | None
-    decisions: list[tuple[str, DecisionKind]]
-    """(operation id, recorded decision) for each call the answer named."""
+    decisions: list[tuple[str, str]]
+    """(operation id, recorded decision or verdict) for each call the answer named."""
 
     def describe(self) -> str:
         """One line: ``already decided: op (approve), ...``."""
@@ -503,7 +577,7 @@ def settle_stale(
             f"this answer is for {what}, which is not pending (answered elsewhere, or not a "
             f"review of this thread); nothing ran. {describe_pending(pending)}"
         )
-    recorded: list[tuple[str, DecisionKind]] = []
+    recorded: list[tuple[str, str]] = []
     contradictions = []
     for action, decision in zip(actions, decisions, strict=True):
         op_id = str(action.get("operation_id"))
@@ -542,10 +616,114 @@ def settle_stale(
             for op, given, kind, who in contradictions
         )
         raise DecisionError(
-            f"this answer is for {what}, which is not pending: {listed}; the answer was "
-            "refused and recorded, nothing ran"
+            f"this answer is for {what}, which is not pending (no longer open): {listed}; the "
+            "answer was "
+            f"refused and recorded, nothing ran. {describe_pending(pending)}"
         )
     return AnswerOutcome(interrupt_id=interrupt_id, decisions=recorded)
+
+
+def recorded_verdict(
+    ledger: Ledger, operation_id: str, attempt: int | None = None
+) -> tuple[str, str, int, str | None] | None:
+    """The latest human verdict recorded on an operation (for ``attempt``, if given).
+
+    Returns:
+        ``(verdict, reviewer, attempt, reference)`` read from the transition
+        event that applied it, or ``None`` if no verdict was ever applied.
+    """
+    for event in reversed(ledger.events(operation_id=operation_id)):
+        kind = event.detail.get("verdict")
+        if event.src is not OpState.NEEDS_RECONCILIATION or not isinstance(kind, str):
+            continue
+        if attempt is not None and event.attempt != attempt:
+            continue
+        reference = event.detail.get("reference")
+        return (
+            kind,
+            str(event.detail.get("reviewer") or "human"),
+            event.attempt,
+            reference if isinstance(reference, str) else None,
+        )
+    return None
+
+
+def settle_verdict(
+    ledger: Ledger,
+    operation_id: str,
+    verdict: Mapping[str, Any],
+    *,
+    pending: Sequence[PendingLike] = (),
+) -> AnswerOutcome | None:
+    """Judge a verdict for an operation that no longer waits for that verdict.
+
+    A verdict re-sent for an attempt already settled returns the recorded
+    outcome; a different one is refused, naming the recorded verdict, and
+    the refusal is written to the ledger (``Ledger.note``). Mirrors
+    ``settle_stale`` for review answers.
+
+    Args:
+        ledger: read for the operation and its verdicts, written for refusals.
+        operation_id: the operation the verdict names.
+        verdict: a validated verdict (``validate_verdict``).
+        pending: what is pending now (named in refusals).
+
+    Returns:
+        ``None`` when the operation is not settled and holds no verdict for
+        the attempt named (parked: the caller applies it, which changes
+        nothing for another attempt). Otherwise the recorded outcome, when
+        the verdict agrees with it.
+
+    Raises:
+        DecisionError: an unknown operation, or a verdict that contradicts
+            the recorded verdict or the operation's final state (the refusal
+            is recorded as a ``note`` event).
+    """
+    op = ledger.get(operation_id)
+    if op is None:
+        raise DecisionError(f"unknown operation {operation_id!r}")
+    given = verdict.get("verdict")
+    bound = verdict.get("attempt")
+    if given == "ledger":
+        return None
+    if op.state is OpState.NEEDS_RECONCILIATION and bound in (None, op.attempt):
+        return None
+    found = recorded_verdict(ledger, operation_id, bound if isinstance(bound, int) else None)
+    if found is not None:
+        kind, reviewer, attempt, reference = found
+        same_ref = verdict.get("reference") in (None, reference) or kind != "succeeded"
+        if kind == given and same_ref:
+            return AnswerOutcome(interrupt_id=None, decisions=[(operation_id, kind)])
+        why = (
+            f"{operation_id} was already decided: verdict {kind} by {reviewer} for attempt "
+            f"{attempt}" + (f" (reference {reference})" if reference else "")
+        )
+    elif op.is_terminal:
+        settled_as = {OpState.SUCCEEDED: "succeeded", OpState.FAILED: "failed"}.get(op.state)
+        if settled_as == given:
+            return AnswerOutcome(interrupt_id=None, decisions=[(operation_id, str(given))])
+        why = f"{operation_id} already ended {op.state.value} at attempt {op.attempt}" + (
+            f" ({op.error})" if op.error else ""
+        )
+    else:
+        # Not settled and no verdict for that attempt: ``apply_verdict`` decides
+        # (a verdict for another attempt than the one asked changes nothing).
+        return None
+    ledger.note(
+        operation_id,
+        {
+            "refused_verdict": {
+                "verdict": given,
+                "attempt": bound,
+                "reviewer": verdict.get("reviewer"),
+            },
+            "reason": why,
+        },
+    )
+    raise DecisionError(
+        f"verdict {given!r} refused: {why}; the verdict was refused and recorded, nothing "
+        f"changed. {describe_pending(pending)}"
+    )
 
 
 def started(state: OpState) -> bool:

@@ -36,6 +36,7 @@ from effectgate._clock import Clock, SystemClock
 from effectgate._failpoints import Failpoint
 from effectgate._process import owner_is_gone
 from effectgate._verdicts import Verdict, apply_verdict, validate_verdict
+from effectgate.answers import settle_verdict
 from effectgate.errors import (
     ClaimLostError,
     DecisionError,
@@ -127,6 +128,12 @@ class Dispatcher:
         clock: time source; defaults to the system clock.
         on_wait: called before each backoff wait (progress display).
         default_budget: budget for operations the review did not create.
+        questions: exception types a tool body raises to ask a person
+            something before it acts (the graph passes LangGraph's
+            ``GraphInterrupt``, raised by ``interrupt()``). Such an exception
+            is control flow, not a failure: the attempt's claim is released
+            (``Ledger.release_claim``, no attempt used) and the exception
+            propagates to the caller, which re-runs the call with the answer.
 
     Note:
         Exactly-once *effects* come from the ledger plus the tool's contract;
@@ -142,6 +149,7 @@ class Dispatcher:
         clock: Clock | None = None,
         on_wait: WaitHook | None = None,
         default_budget: Budget | None = None,
+        questions: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.ledger = ledger
         self.tools = dict(tools)
@@ -149,6 +157,7 @@ class Dispatcher:
         self.clock = clock or SystemClock()
         self.on_wait = on_wait
         self.default_budget = default_budget or Budget()
+        self.questions = questions
 
     # ------------------------------------------------------------------ entry
 
@@ -320,11 +329,7 @@ class Dispatcher:
                 message="stored receipt returned; not executed again",
             )
         if state is OpState.FAILED:
-            return Outcome(
-                status=DispatchStatus.FAILED,
-                operation=op,
-                message=op.error or "the operation failed",
-            )
+            return Outcome(status=DispatchStatus.FAILED, operation=op, message=_failed(op))
         if state is OpState.REJECTED:
             return Outcome(
                 status=DispatchStatus.REJECTED,
@@ -431,10 +436,22 @@ class Dispatcher:
         ctx = self._context(call, op)
         try:
             result = spec.call(args, ctx)
+        except self.questions:
+            # The body asked a person (LangGraph's ``interrupt()``) and stopped
+            # there, before acting: give the attempt back and let the question
+            # reach the caller. The re-run with the answer claims it again.
+            self.ledger.release_claim(
+                op.operation_id, attempt=op.attempt, reason=f"{spec.name} asked a question"
+            )
+            raise
         except Rejected as exc:
             # This attempt did not apply; an earlier one may have (then: UNKNOWN).
-            state = OpState.UNKNOWN if self._maybe_applied(op) else OpState.FAILED
-            return self._record(op, state, error=f"rejected: {exc}")
+            if self._maybe_applied(op):
+                why = (
+                    f"the service refused attempt {op.attempt}, but an earlier one may have applied"
+                )
+                return self._record(op, OpState.UNKNOWN, error=f"{why}: {exc}")
+            return self._record(op, OpState.FAILED, error=f"the service refused the request: {exc}")
         except NotAccepted as exc:
             nxt = self.ledger.next_attempt_at(op, retry_after=exc.retry_after)
             if nxt is None:
@@ -725,14 +742,26 @@ class Dispatcher:
         late). Recording "not applied" for an effect the lookup finds would
         invite the model to do it again.
 
+        Idempotent (``effectgate.answers.settle_verdict``): the same verdict
+        again for an attempt it already settled returns the operation as
+        recorded; a different one is refused, naming the recorded verdict,
+        and the refusal is written to the ledger as a ``note`` event.
+
+        Returns:
+            The operation after the verdict (or as recorded, for a repeat).
+
         Raises:
             DecisionError: a verdict ``validate_verdict`` refuses (unknown
                 keys, a reference that is not a non-empty string, ``retry``
                 without the acknowledgement), ``retry`` with no attempts
-                left, an unknown operation, or ``failed`` for an effect the
-                lookup now finds.
+                left, an unknown operation, ``failed`` for an effect the
+                lookup now finds, or a verdict that contradicts the one
+                recorded (or names an attempt nobody asked about).
         """
         verdict = validate_verdict(verdict)  # a public entry: never trust the caller's shape
+        op = self.ledger.get(operation_id)
+        if op is not None and settle_verdict(self.ledger, operation_id, verdict) is not None:
+            return op  # the same verdict again: the recorded outcome
         if verdict.get("verdict") == "failed":
             self._refuse_if_found(operation_id)
         return apply_verdict(self.ledger, operation_id, verdict, now=self.clock.now())
@@ -752,6 +781,21 @@ class Dispatcher:
                 f"verdict 'failed' refused for {operation_id!r}: the lookup now finds the "
                 f"effect ({lookup.detail or 'found'}); it took effect, answer 'succeeded'"
             )
+
+
+def _failed(op: Operation) -> str:
+    """What the model is told about a FAILED operation: what failed, and that it took no effect.
+
+    A tool's runtime failure is never worded as a reviewer's reject: that
+    answer (``DispatchStatus.REJECTED``) is only for a person's "no".
+    """
+    detail = op.error or "no detail recorded"
+    if op.attempt == 0:
+        return f"{op.tool} was not run: {detail}"
+    return (
+        f"{op.tool} failed at attempt {op.attempt} of {op.budget.max_attempts}: {detail}. "
+        "Per the ledger it did not take effect (known not applied)"
+    )
 
 
 def _jsonable(value: Any) -> Any:

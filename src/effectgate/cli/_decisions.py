@@ -31,7 +31,7 @@ __all__ = [
     "load_decisions_file",
 ]
 
-_ENTRY_KEYS = frozenset({"decisions", "interrupt_id", "reviewer", "verdicts"})
+_ENTRY_KEYS = frozenset({"answers", "decisions", "interrupt_id", "reviewer", "verdicts"})
 _DECISION_KEYS = frozenset(
     {"type", "edited_action", "message", "tool_call_id", "operation_id", "intent_hash"}
 )
@@ -210,6 +210,9 @@ class FileDecisions:
         for entry in entries:
             self._verdicts.update(entry.get("verdicts", {}))
         self._given_verdicts = sorted(self._verdicts)
+        self._questions: dict[str, Any] = {}
+        for entry in entries:
+            self._questions.update(entry.get("answers", {}))
         self._used: set[str] = set()
         self.reviewer = reviewer
         self.say = say
@@ -263,6 +266,26 @@ class FileDecisions:
         answer = {"decisions": decisions, "reviewer": entry.get("reviewer", self.reviewer)}
         return bind_decisions(request, answer)
 
+    def take_unused_verdicts(self) -> dict[str, dict[str, Any]]:
+        """The verdicts no pending reconciliation asked for, each with the file's reviewer, once."""
+        out = {
+            op_id: {"reviewer": self.reviewer, **self._verdicts.pop(op_id)}
+            for op_id in sorted(set(self._verdicts) - self._used)
+        }
+        self._used.update(out)
+        return out
+
+    def question(self, interrupt_id: str) -> tuple[bool, Any]:
+        """The file's answer to a tool's question, by interrupt id, once.
+
+        Returns:
+            ``(True, answer)`` if the file answers it (the answer may be any
+            JSON value, ``null`` included), else ``(False, None)``.
+        """
+        if interrupt_id not in self._questions:
+            return False, None
+        return True, self._questions.pop(interrupt_id)
+
     def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Return the file's verdict for the request's operation once, bound to its attempt."""
         op_id = str(request.get("operation_id"))
@@ -285,7 +308,9 @@ def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
     pending --json``; or, instead of ``interrupt_id``, each decision names
     the ``operation_id`` and ``intent_hash`` shown), a list of such objects
     (several reviews), or
-    ``{"verdicts": {operation_id: verdict}}``; an object may hold both.
+    ``{"verdicts": {operation_id: verdict}}``, or ``{"answers":
+    {interrupt_id: value}}`` (the answer to a tool's own question, delivered
+    to the tool as given); an object may hold several.
 
     Args:
         path: the JSON file.
@@ -317,8 +342,17 @@ def _check_entry(entry: Any, where: str) -> None:
     unknown = sorted(set(entry) - _ENTRY_KEYS)
     if unknown:
         raise DecisionError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_ENTRY_KEYS)}")
-    if "decisions" not in entry and "verdicts" not in entry:
-        raise DecisionError(f'{where}: needs "decisions" or "verdicts"')
+    if "decisions" not in entry and "verdicts" not in entry and "answers" not in entry:
+        raise DecisionError(f'{where}: needs "decisions", "verdicts" or "answers"')
+    if "answers" in entry and (
+        not isinstance(entry["answers"], dict)
+        or not entry["answers"]
+        or not all(isinstance(k, str) for k in entry["answers"])
+    ):
+        raise DecisionError(
+            f'{where}: "answers" must map question interrupt ids (from "effectgate pending '
+            '--json") to answers'
+        )
     if "reviewer" in entry and not isinstance(entry["reviewer"], str):
         raise DecisionError(f"{where}: reviewer must be a string")
     if "interrupt_id" in entry and (

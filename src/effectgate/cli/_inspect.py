@@ -31,6 +31,7 @@ from effectgate.cli._render import (
     operation_json,
     operation_panel,
     operations_table,
+    terminal_safe,
     thread_json,
     threads_table,
 )
@@ -239,6 +240,15 @@ def _print_pending(
                     f"[yellow]review[/] thread {escape(entry['thread_id'])}: {escape(calls)}"
                 )
                 _print_compacted(output, value.get("action_requests", []))
+            elif item["kind"] == "question":
+                from effectgate.answers import question_text
+
+                asked = terminal_safe(question_text(value.get("question")))
+                output.out.print(
+                    f"[yellow]question[/] thread {escape(entry['thread_id'])}: a tool asks: "
+                    f"{escape(asked)} (answer: --decisions FILE with "
+                    f'{{"answers": {{"{escape(item["id"])}": ...}}}})'
+                )
             else:
                 what = (
                     f"{value.get('tool')} ({value.get('operation_id')}), "

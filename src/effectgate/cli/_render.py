@@ -502,7 +502,12 @@ def pending_text(kind: str, value: Mapping[str, Any]) -> Text:
     if value.get("error"):
         text.append("previous answer refused: ", style="bold red")
         text.append(terminal_safe(f"{value['error']}") + "\n")
-    if kind == "review":
+    if kind == "question":
+        from effectgate.answers import question_text
+
+        text.append("waiting for an answer: ", style="yellow")
+        text.append(terminal_safe(f"a tool asks: {question_text(value.get('question'))}") + "\n")
+    elif kind == "review":
         for action in value.get("action_requests", []):
             text.append("waiting for review: ", style="yellow")
             text.append(

@@ -40,6 +40,7 @@ from effectgate.cli._session import (
     drive,
     external_counts,
     judge_leftover,
+    judge_unused_verdicts,
 )
 from effectgate.cli._signals import STOPPER
 from effectgate.errors import ConfigError, DecisionError
@@ -270,6 +271,7 @@ def _execute(
         with STOPPER.running(agent):
             result = plan.begin(agent)
         driven = drive(agent, result, source, stopper=STOPPER, say=output.note)
+        judge_unused_verdicts(agent, source, say=output.note)
     if crash is not None:
         # Still alive: the seam was never passed (e.g. MID_SUPERSTEP needs a
         # batch of parallel calls); the run was not the crash test it was meant to be.
@@ -358,6 +360,11 @@ def _next_steps(result: RunResult, code: ExitCode, state_dir: Path | None) -> Se
             op_id = str(item.value.get("operation_id"))
             settle = command_hint(state_dir, "reconcile", op_id, "--succeeded", "REF")
             lines.append(f"settle it with: {settle}  (or --failed)")
+        elif item.kind == "question":
+            lines.append(
+                f'answer the question with a decisions file {{"answers": {{"{item.id}": ...}}}} '
+                "and resume --decisions FILE"
+            )
     resume = command_hint(state_dir, "resume", "--thread", result.thread_id)
     lines.append(f"continue with: {resume}")
     return lines

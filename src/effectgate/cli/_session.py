@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effectgate._failpoints import ENV_VAR, Failpoint, per_tool
-from effectgate.answers import bind_decisions
+from effectgate.answers import bind_decisions, settle_verdict, validate_verdict
 from effectgate.cli._decisions import DecisionSource, FileDecisions
 from effectgate.cli._render import tool_line
 from effectgate.cli._review_ui import TerminalReviewer, review_context
@@ -180,6 +180,13 @@ def _answer(
             if given is not None:
                 answers.answers[item.id] = bind_decisions(value, given)
             continue
+        if item.kind == "question":
+            # A tool's own question: only a decisions file naming its id answers it.
+            if isinstance(source, FileDecisions):
+                found, reply = source.question(item.id)
+                if found:
+                    answers.answers[item.id] = reply
+            continue
         op_id = str(value.get("operation_id"))
         op = agent.ledger.get(op_id)
         if op is not None and op.state.value != "NEEDS_RECONCILIATION":
@@ -207,6 +214,26 @@ def _leftover(source: FileDecisions, answers: _Answers) -> None:
                 "decisions file: more than one answer matches no pending review; "
                 "pin them with interrupt_id; nothing ran"
             )
+
+
+def judge_unused_verdicts(agent: Agent, source: DecisionSource, say: Say) -> None:
+    """Judge a decisions file's verdicts that nothing asked for (``answers.settle_verdict``).
+
+    The same verdict as the one recorded for the operation is reported
+    ("already decided"); a different one raises, and the refusal is in the
+    ledger. A verdict for an operation still parked elsewhere is left (noted).
+
+    Raises:
+        DecisionError: a verdict contradicts the recorded one (exit 2).
+    """
+    if not isinstance(source, FileDecisions):
+        return
+    for op_id, given in source.take_unused_verdicts().items():
+        outcome = settle_verdict(agent.ledger, op_id, validate_verdict(given))
+        if outcome is None:
+            say(f"decisions file: verdict for {op_id} not used (nothing here asked for it)")
+        else:
+            say(outcome.describe())
 
 
 def judge_leftover(

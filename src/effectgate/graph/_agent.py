@@ -92,8 +92,19 @@ class PendingInterrupt:
 
     @property
     def kind(self) -> str:
-        """``"review"`` or ``"reconciliation"``."""
+        """``"review"``, ``"reconciliation"`` or ``"question"``."""
         return str(self.value.get("type", "review"))
+
+    @classmethod
+    def of(cls, interrupt_id: str, value: Any) -> PendingInterrupt:
+        """Wrap one LangGraph interrupt; anything effectgate did not raise is a question.
+
+        A tool body may ask the user with ``interrupt(value)`` (LangGraph's
+        documented pattern); its ``value`` is kept as given under
+        ``{"type": "question", "question": value}``, and the answer given
+        for this id is delivered to the body unchanged (docs/answers.md).
+        """
+        return cls(id=interrupt_id, value=answer_protocol.as_payload(value))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -590,7 +601,7 @@ class Agent:
                     verdicts=verdicts,
                     answers=answers,
                 )
-                if not res.stale:
+                if not res.stale and not res.settled:
                     if not res.resume:
                         self._stops[thread_id] = stop
                         return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
@@ -613,6 +624,7 @@ class Agent:
             pending, ledger=self.ledger, decisions=decisions, verdicts=verdicts, answers=answers
         )
         settled = [self._judge_stale(thread_id, named, a, pending) for named, a in res.stale]
+        settled += res.settled
         given = decisions is not None or bool(verdicts) or bool(answers)
         result = self._go_on(thread_id, snapshot, res.resume, pending, given=given, settled=settled)
         if settled:
@@ -1009,7 +1021,7 @@ class Agent:
 
     @staticmethod
     def _interrupts(snapshot: Any) -> list[PendingInterrupt]:
-        return [PendingInterrupt(id=i.id, value=i.value) for i in snapshot.interrupts]
+        return [PendingInterrupt.of(i.id, i.value) for i in snapshot.interrupts]
 
     @contextmanager
     def _lease(self, thread_id: str, notes: list[str]) -> Iterator[Lease]:
@@ -1244,7 +1256,7 @@ class _Seen:
     def add(self, chunk: Mapping[str, Any]) -> None:
         for node, update in chunk.items():
             if node == "__interrupt__":
-                self.interrupts += [PendingInterrupt(id=i.id, value=i.value) for i in update]
+                self.interrupts += [PendingInterrupt.of(i.id, i.value) for i in update]
                 continue
             if node != "agent" and isinstance(update, Mapping):
                 named = _operation_ids(update.get("messages") or [])
@@ -1335,6 +1347,8 @@ def _never_started(op: Operation) -> bool:
 
 
 def _pending_line(item: PendingInterrupt) -> str:
+    if item.kind == "question":
+        return f"question {item.id}: {answer_protocol.question_text(item.value.get('question'))}"
     if item.kind == "review":
         calls = ", ".join(
             f"{a.get('name')} ({a.get('operation_id')})"

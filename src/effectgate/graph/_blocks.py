@@ -36,6 +36,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphInterrupt
 from langgraph.graph import END, StateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Command
@@ -159,6 +160,7 @@ def build_parts(
         clock=clock,
         on_wait=on_wait,
         default_budget=policy.budget,
+        questions=(GraphInterrupt,),
     )
     return GateParts(
         specs=specs,

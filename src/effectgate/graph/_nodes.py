@@ -17,6 +17,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
 from effectgate import _failpoints
@@ -24,7 +25,7 @@ from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate.answers import check_review_answer
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
-from effectgate.errors import ConfigError, DecisionError, ToolCallError, ToolError
+from effectgate.errors import ConfigError, DecisionError, Rejected, ToolCallError, ToolError
 from effectgate.graph._messages import (
     PendingCall,
     answer_id,
@@ -205,8 +206,10 @@ def _run_read(spec: ToolSpec, call: PendingCall, thread_id: str) -> ToolMessage:
     )
     try:
         result = spec.call(args, ctx)
-    except ToolError as exc:
-        return error_message(call, f"{type(exc).__name__}: {exc}")
+    except GraphBubbleUp:
+        raise  # LangGraph control flow (a tool asking with ``interrupt()``), not a failure
+    except Exception as exc:  # noqa: BLE001 - told to the model, as LangGraph's ToolNode does
+        return error_message(call, _read_failure(spec, exc))
     payload = {"status": "ok", "result": result.value}
     return ToolMessage(
         content=json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str),
@@ -214,6 +217,17 @@ def _run_read(spec: ToolSpec, call: PendingCall, thread_id: str) -> ToolMessage:
         name=spec.name,
         id=answer_id(call.id),
     )
+
+
+def _read_failure(spec: ToolSpec, exc: Exception) -> str:
+    """What the model is told when a read tool raised: a failure, never a reviewer's reject."""
+    if isinstance(exc, Rejected):
+        why = f"the service refused the request: {exc}"
+    elif isinstance(exc, ToolError):
+        why = str(exc) or type(exc).__name__
+    else:
+        why = f"{type(exc).__name__}: {exc}"
+    return f"{spec.name} failed: {why}. It is a read: it had no side effect"
 
 
 def make_effect_node(

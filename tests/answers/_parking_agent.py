@@ -1,0 +1,44 @@
+"""An ``--agent`` factory whose one unsafe tool loses its answer: the call is parked."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from effectgate._app import StateDir
+from effectgate.cli._loader import AgentRecipe
+from effectgate.errors import OutcomeUnknown
+from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
+
+SCRIPT = {
+    "name": "parks",
+    "turns": [{"say": "ringing", "tool_calls": [{"name": "ring", "args": {"times": 1}}]}],
+    "final": "Done.",
+}
+
+
+class Ring(BaseModel):
+    """How many times to ring."""
+
+    times: int
+
+
+def build(state_dir: StateDir) -> AgentRecipe:
+    """A scripted model proposing one ``ring``; the ring happens, its answer is lost."""
+    from effectgate.models import ScriptedChatModel
+
+    out = state_dir.workspace / "rings.txt"
+
+    def ring(args: Ring, ctx: ToolContext) -> ToolResult:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a", encoding="utf-8") as fh:
+            fh.write(f"{ctx.operation_id}:{ctx.attempt}\n")
+        raise OutcomeUnknown("the bell's answer was lost")
+
+    spec = ToolSpec(
+        name="ring",
+        description="Ring the bell.",
+        args_schema=Ring,
+        func=ring,
+        kind=EffectKind.UNSAFE,
+    )
+    return AgentRecipe(tools=[spec], model=ScriptedChatModel.from_script(SCRIPT))
