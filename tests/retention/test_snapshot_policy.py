@@ -188,3 +188,31 @@ def test_the_size_estimate_is_cheap_and_unchanged(monkeypatch: pytest.MonkeyPatc
     misses.clear()
     approx_bytes(values)
     assert misses == []
+
+
+def test_a_load_sizes_the_history_only_when_a_decision_needs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading a long thread that wrote little since its snapshot does not walk the history."""
+    from effectgate.graph import _state
+
+    history = [HumanMessage(content="h" * 100, id=f"h{n}") for n in range(500)]
+    sized: list[int] = []
+    real = _state.approx_bytes
+
+    def counted(value: Any) -> int:
+        if isinstance(value, list) and len(value) >= len(history):
+            sized.append(len(value))
+        return real(value)
+
+    monkeypatch.setattr(_state, "approx_bytes", counted)
+    channel = SizedDeltaChannel(_state._messages_delta_reducer)
+    loaded = channel.from_checkpoint(_DeltaSnapshot(list(history)))
+    loaded.replay_writes([("task", "messages", [AIMessage(content="small", id="a")])])
+    assert loaded.snapshot_frequency == loaded.max_updates  # no snapshot asked
+    assert sized == []
+    # enough written since: now the snapshot's size decides, and it is the seed's
+    big = AIMessage(content="b" * SizedDeltaChannel.MIN_BYTES, id="b")
+    assert loaded.update([big])
+    assert sized == [len(history)]
+    assert loaded.snapshot_frequency == loaded.max_updates  # 16 KiB < half of ~82 KiB

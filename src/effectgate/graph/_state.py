@@ -138,7 +138,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             ``LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT`` supersteps, 5000).
     """
 
-    __slots__ = ("_asked", "_base", "_declined", "_polled", "_since", "max_updates")
+    __slots__ = ("_asked", "_base", "_declined", "_polled", "_seed", "_since", "max_updates")
 
     GROWTH = 0.5
     """Snapshot when the bytes since the last snapshot reach this fraction of its size."""
@@ -152,7 +152,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         *,
         snapshot_frequency: int = 100_000,
     ) -> None:
-        self._restore(snapshot_frequency, 0, 0)
+        self._restore(snapshot_frequency, None, 0)
         super().__init__(reducer, typ, snapshot_frequency=snapshot_frequency)
 
     @property  # type: ignore[override]
@@ -186,17 +186,36 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         new.key = self.key
         return new
 
-    def _restore(self, cap: int, base: int, since: int) -> None:
+    def _restore(self, cap: int, seed: Any, since: int) -> None:
         self.max_updates = cap
-        self._base, self._since = base, since
+        self._count_from(seed)
+        self._since = since
         self._asked = self._polled = self._declined = False
         self._decide()
+
+    def _count_from(self, value: Any) -> None:
+        """Take ``value`` (the value just stored in full) as the snapshot to count from.
+
+        Its size is estimated only when a decision needs it (``_decide``):
+        the whole history's estimate costs O(messages), and most loads of a
+        thread never write enough to ask. The list is copied (references
+        only), so what the channel later does to its own value cannot change
+        the snapshot's size.
+        """
+        self._seed = list(value) if isinstance(value, list) else None
+        self._base: int | None = None if self._seed is not None else 0
+
+    def _snapshot_bytes(self) -> int:
+        if self._base is None:
+            self._base = approx_bytes(self._seed)
+            self._seed = None
+        return self._base
 
     def copy(self) -> SizedDeltaChannel:
         """A copy with the same value and the same byte counts."""
         new = self._new()
         new.value = self.value if self.value is MISSING else copy.copy(self.value)
-        new._base, new._since = self._base, self._since
+        new._base, new._seed, new._since = self._base, self._seed, self._since
         new._asked, new._polled, new._declined = self._asked, self._polled, self._declined
         return new
 
@@ -209,8 +228,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             new.value = checkpoint.value
         else:
             new.value = checkpoint
-        base = approx_bytes(new.value) if isinstance(new.value, list) else 0
-        new._restore(self.max_updates, base, 0)
+        new._restore(self.max_updates, new.value, 0)
         return new
 
     def replay_writes(self, writes: Sequence[Any]) -> None:
@@ -227,7 +245,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             if not self._declined:
                 # The loop read "snapshot now" and did not take the plain
                 # path: it stored the value as it is. Count from here.
-                self._base = approx_bytes(self.value) if isinstance(self.value, list) else 0
+                self._count_from(self.value)
                 self._since = 0
                 self._asked = False
             self._polled = self._declined = False
@@ -244,7 +262,8 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         return super().checkpoint()
 
     def _decide(self) -> None:
-        if self._since >= max(self.MIN_BYTES, self.GROWTH * self._base):
+        # since >= max(MIN_BYTES, GROWTH * snapshot), the snapshot's size read only if needed
+        if self._since >= self.MIN_BYTES and self._since >= self.GROWTH * self._snapshot_bytes():
             self._asked = True
 
 
