@@ -142,3 +142,37 @@ def test_a_write_replaced_in_place_takes_the_full_path(
         loads = _count_state_loads(agent, monkeypatch)
         agent.resume("t")
         assert loads
+
+
+def test_status_then_resume_in_a_fresh_agent_loads_the_state_once(
+    state_dir: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new process asks what waits, then answers it: ``status`` read it, ``resume`` reuses it."""
+    with _agent(state_dir) as agent:
+        agent.start("write", thread_id="t")
+    with _agent(state_dir) as fresh:
+        loads = _count_state_loads(fresh, monkeypatch)
+        waiting = fresh.status("t")
+        assert len(loads) == 1
+        after = fresh.resume("t", answers={waiting.interrupts[0].id: APPROVE})
+        assert len(loads) == 1
+        assert (_pending_path(waiting), _pending_path(after)) == ("a.txt", "b.txt")
+    assert [p.name for p in state_dir.workspace.iterdir()] == ["a.txt"]
+
+
+def test_a_thread_moved_after_status_takes_the_full_path(
+    state_dir: StateDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``status`` read is vouched for by the head it saw, like a run's own interrupts."""
+    with _agent(state_dir) as agent:
+        agent.start("write", thread_id="t")
+    with _agent(state_dir) as fresh:
+        waiting = fresh.status("t")
+        saver = fresh.graph.checkpointer
+        assert saver is not None
+        head = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert head is not None
+        saver.put_writes(head.config, [("__resume__", {"stray": True})], task_id="someone-else")
+        loads = _count_state_loads(fresh, monkeypatch)
+        fresh.resume("t", answers={waiting.interrupts[0].id: APPROVE})
+        assert loads

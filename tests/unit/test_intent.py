@@ -137,3 +137,72 @@ def test_different_values_hash_differently(a: dict[str, Any], b: dict[str, Any])
     """Equal canonical bytes if and only if equal hashes."""
     same_bytes = canonical_json(a) == canonical_json(b)
     assert same_bytes == (intent_hash("t", "1", a) == intent_hash("t", "1", b))
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+_unusual_leaves = (
+    json_scalars
+    | st.floats()  # NaN and infinities: refused
+    | st.builds(_Text, st.text(max_size=4))
+    | st.builds(_Number, st.integers(-5, 5))
+    | st.just(object())
+)
+_any_values = st.recursive(
+    _unusual_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=4) | st.integers(0, 3), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def _reference(value: Any) -> bytes:
+    """The canonical form through the path-keeping normalisation alone."""
+    from effectgate._intent import _normalize
+
+    normalized = _normalize(value, "")
+    text = json.dumps(normalized, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8")
+
+
+def _outcome(fn: Any, value: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn(value)
+    except (TypeError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+@CI
+@given(_any_values)
+def test_the_fast_path_gives_the_same_bytes_and_errors(value: Any) -> None:
+    """Plain JSON skips the path-keeping walk; anything else takes it: same answer either way."""
+    assert _outcome(canonical_json, value) == _outcome(_reference, value)
+
+
+def test_plain_arguments_are_not_walked_with_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk that names an error's path runs only when there is something unusual."""
+    from effectgate import _intent
+
+    walked: list[str] = []
+    real = _intent._normalize
+
+    def counted(value: Any, path: str) -> Any:
+        walked.append(path)
+        return real(value, path)
+
+    monkeypatch.setattr(_intent, "_normalize", counted)
+    args = {"path": "a/b.txt", "content": "x", "n": 2.0, "tags": ["a", {"k": None}]}
+    intent_hash("write_file", "1", args)
+    assert walked == []
+    with pytest.raises(ValueError, match=r"\.n\[0\]"):
+        canonical_json({"n": [math.nan]})
+    assert walked

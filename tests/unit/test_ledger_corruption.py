@@ -220,3 +220,62 @@ def test_unusable_paths_are_config_errors(tmp_path: Path, where: str) -> None:
     path = tmp_path if where == "dir" else tmp_path / "nope" / "ledger.sqlite3"
     with pytest.raises(ConfigError, match=str(path)):
         SqliteLedger(path)
+
+
+def _stored_rows(path: Path) -> list[tuple[object, ...]]:
+    from effectgate.ledger._sqlite import SQL_LIST_OPERATIONS
+
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(SQL_LIST_OPERATIONS).fetchall()
+    finally:
+        conn.close()
+
+
+def _decoded(decode: Callable[[], object]) -> tuple[str, object]:
+    try:
+        return "ok", decode()
+    except Exception as exc:  # noqa: BLE001 - the outcome compared, whatever it is
+        return type(exc).__name__, str(exc)
+
+
+_JUNK: list[object] = [None, -1, 2**70, 1.5, "", "x", "{", "[]", '{"a": 1}', b"\x00", 10**20]
+
+
+def test_the_one_pass_decoder_answers_as_the_careful_one(ledger_file: Path) -> None:
+    """Every stored row, and every column of it replaced by junk: same operation or same error."""
+    from effectgate.ledger import _codec as codec
+
+    rows = _stored_rows(ledger_file)
+    assert rows
+    cases = list(rows)
+    for row in rows:
+        for i in range(len(row)):
+            cases += [(*row[:i], junk, *row[i + 1 :]) for junk in _JUNK]
+    cases += [rows[0][:-1]]  # a column short
+    for raw in cases:
+
+        def careful(raw: tuple[object, ...] = raw) -> object:
+            return codec.operation_from_row(dict(zip(codec.OPERATION_COLUMNS, raw, strict=True)))
+
+        assert _decoded(lambda raw=raw: codec.operation_from_tuple(raw)) == _decoded(careful)
+
+
+def test_a_listing_decodes_rows_in_one_pass(
+    ledger_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sound row is decoded without the per-column wrappers (a long thread's first listing)."""
+    from effectgate.ledger import _codec as codec
+
+    wrapped: list[str] = []
+    real = codec._column
+
+    def counted(operation_id: object, column: str, decode: object, value: object) -> object:
+        wrapped.append(column)
+        return real(operation_id, column, decode, value)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(codec, "_column", counted)
+    with SqliteLedger(ledger_file) as ledger:
+        ops = ledger.list(thread_id="t1")
+    assert [op.operation_id for op in ops] == [OP, "t1:c2"]
+    assert wrapped == []

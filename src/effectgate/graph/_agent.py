@@ -893,6 +893,10 @@ class Agent:
         return self._with_shared(result)
 
     def _status(self, thread_id: str) -> RunResult:
+        # The head is read BEFORE the state: if the thread moves in between,
+        # the remembered head is older than what was read and ``resume`` takes
+        # the full path; read after, a newer head could vouch for stale interrupts.
+        head = self._head(thread_id)
         snapshot = self.graph.get_state(self._config(thread_id))
         self._used[thread_id] = _operation_ids(snapshot.values.get("messages", []))
         ops = self.ledger.list(thread_id=thread_id)
@@ -906,8 +910,15 @@ class Agent:
                 operations=ops,
                 error=_missing_message(thread_id, missing),
             )
-        pending = self._open(thread_id, self._interrupts(snapshot))
+        interrupts = self._interrupts(snapshot)
+        pending = self._open(thread_id, interrupts)
         if pending:
+            if head is not None:
+                # What a run that stopped here would remember: a ``resume``
+                # that follows, while the head is unchanged, answers these
+                # interrupts without reading the whole state again (``_resume``).
+                # Every node they need exists (``_missing_nodes`` above).
+                self._stops[thread_id] = _Stop(head=head, interrupts=interrupts)
             return _waiting_result(thread_id, pending, ops)
         if snapshot.tasks:
             errors = [str(t.error) for t in snapshot.tasks if t.error]

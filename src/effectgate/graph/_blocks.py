@@ -29,6 +29,7 @@ reducer that appends and replaces by id (``add_messages``, or effectgate's
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,7 @@ from effectgate.graph._messages import pending_calls, with_call_ids, with_unique
 from effectgate.graph._nodes import make_effect_node, make_tools_node, malformed_reason
 from effectgate.graph._policy import Policy
 from effectgate.graph._review import make_review_node
-from effectgate.graph._state import effect_node_name
+from effectgate.graph._state import EffectTask, effect_node_name
 from effectgate.ledger import Ledger, Operation
 from effectgate.tools import ToolSpec, from_langchain_tool
 
@@ -309,20 +310,45 @@ def add_effect_nodes(
     # LangGraph would read that as the nodes' input schema and refuse a
     # ``messages`` channel of another type. They read ``messages`` only.
     own_state = builder.state_schema
-    builder.add_node(TOOLS_NODE, parts.tools, input_schema=own_state)
+    builder.add_node(TOOLS_NODE, opaque_node(parts.tools), input_schema=own_state)
     builder.add_node(
         REVIEW_NODE,
-        _review_to(parts.review, then),
+        opaque_node(_review_to(parts.review, then)),
         destinations=(then, *(effect_node_name(n) for n in parts.effects)),
         input_schema=own_state,
     )
     for name, effect in parts.effect.items():
-        builder.add_node(effect_node_name(name), effect)
+        builder.add_node(effect_node_name(name), opaque_node(effect), input_schema=EffectTask)
         builder.add_edge(effect_node_name(name), then)
     if after is not None:
         builder.add_conditional_edges(after, gate.route, gate.destinations)
     builder.add_conditional_edges(TOOLS_NODE, gate._after_tools, [REVIEW_NODE, then])
     return gate
+
+
+def opaque_node(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a node LangGraph does not search for subgraphs.
+
+    ``StateGraph.compile`` looks for a subgraph in every node function
+    (``langgraph.pregel._utils.find_subgraph_pregel``): it disassembles the
+    function and its nested code with ``dis`` and follows every captured value
+    and global it loads. effectgate's nodes call no graph, yet on each
+    ``open_agent`` that search was more than half of the open's CPU time. A
+    ``functools.partial`` without arguments is called exactly like ``fn``
+    (same signature, so LangGraph passes ``config`` the same way) but is not
+    a Python function, so the search skips it (the node has no subgraphs,
+    as before). It also hides ``fn``'s annotations from ``add_node``: give
+    ``input_schema`` (and ``destinations`` for a node returning ``Command``)
+    explicitly.
+
+    Args:
+        fn: a node function of effectgate's own (never a user's node, which
+            may call a subgraph).
+
+    Returns:
+        A callable with ``fn``'s signature.
+    """
+    return functools.partial(fn)
 
 
 def _review_to(review: Any, then: str) -> Any:

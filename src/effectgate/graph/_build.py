@@ -24,7 +24,7 @@ from langgraph.graph.state import CompiledStateGraph
 from effectgate._clock import Clock, SystemClock
 from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher
-from effectgate.graph._blocks import add_effect_nodes, to_specs
+from effectgate.graph._blocks import add_effect_nodes, opaque_node, to_specs
 from effectgate.graph._nodes import make_agent_node
 from effectgate.graph._policy import Policy
 from effectgate.graph._state import AgentState
@@ -95,7 +95,9 @@ def build_agent(
     clock = clock or SystemClock()
     specs = to_specs(tools)
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(AgentState)
-    builder.add_node("agent", make_agent_node(model, specs, system_prompt))
+    builder.add_node(
+        "agent", opaque_node(make_agent_node(model, specs, system_prompt)), input_schema=AgentState
+    )
     builder.add_edge(START, "agent")
     gate = add_effect_nodes(
         builder,

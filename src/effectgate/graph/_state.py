@@ -40,6 +40,10 @@ def approx_bytes(value: Any) -> int:
     a message its content, tool calls and extra fields plus a fixed 64 for
     the envelope; anything else counts 8. It never serializes, so it costs
     O(number of parts), not O(bytes): a 200 KB tool result is one ``len``.
+    It runs over the whole message list each time a thread's state is
+    loaded, so the plain types are recognised by their exact type first
+    (the same answers as the ``isinstance`` checks below, which handle their
+    subclasses).
 
     Args:
         value: a message, a list of messages, or any JSON-like value.
@@ -47,17 +51,49 @@ def approx_bytes(value: Any) -> int:
     Returns:
         The estimate, in bytes (at least 0).
     """
+    kind = type(value)
+    if kind is str or kind is bytes:
+        return len(value)
+    if kind is list or kind is tuple:
+        return sum([approx_bytes(v) for v in value])
+    if kind is dict:
+        return sum([len(str(k)) + approx_bytes(v) for k, v in value.items()])
     if isinstance(value, str | bytes):
         return len(value)
     if isinstance(value, BaseMessage):
         size = 64 + approx_bytes(value.content) + approx_bytes(value.additional_kwargs)
-        calls = getattr(value, "tool_calls", None)
+        calls = _tool_calls(value)
         return size + (approx_bytes(calls) if calls else 0)
     if isinstance(value, dict):
         return sum(len(str(k)) + approx_bytes(v) for k, v in value.items())
     if isinstance(value, list | tuple):
         return sum(approx_bytes(v) for v in value)
     return 8
+
+
+_HAS_TOOL_CALLS: dict[type[Any], bool] = {}
+"""Message classes by whether ``tool_calls`` is a field or class attribute of theirs."""
+
+
+def _tool_calls(message: BaseMessage) -> Any:
+    """``getattr(message, "tool_calls", None)``, without pydantic's costly miss.
+
+    On a message class without the attribute (a human or tool message)
+    ``getattr`` goes through pydantic's ``__getattr__``, which finds it only
+    among the extra fields and otherwise builds an ``AttributeError``: about
+    4 us, most of the estimate's time per message. Same answer, looked up
+    where that ``__getattr__`` would look (private attributes always start
+    with ``_``).
+    """
+    kind = type(message)
+    declared = _HAS_TOOL_CALLS.get(kind)
+    if declared is None:
+        declared = "tool_calls" in kind.model_fields or hasattr(kind, "tool_calls")
+        _HAS_TOOL_CALLS[kind] = declared
+    if declared:
+        return getattr(message, "tool_calls", None)
+    extra = message.__pydantic_extra__
+    return extra.get("tool_calls") if extra else None
 
 
 class SizedDeltaChannel(DeltaChannel[Any]):
@@ -102,7 +138,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             ``LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT`` supersteps, 5000).
     """
 
-    __slots__ = ("_asked", "_base", "_declined", "_polled", "_since", "max_updates")
+    __slots__ = ("_asked", "_base", "_declined", "_polled", "_seed", "_since", "max_updates")
 
     GROWTH = 0.5
     """Snapshot when the bytes since the last snapshot reach this fraction of its size."""
@@ -116,7 +152,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         *,
         snapshot_frequency: int = 100_000,
     ) -> None:
-        self._restore(snapshot_frequency, 0, 0)
+        self._restore(snapshot_frequency, None, 0)
         super().__init__(reducer, typ, snapshot_frequency=snapshot_frequency)
 
     @property  # type: ignore[override]
@@ -150,17 +186,36 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         new.key = self.key
         return new
 
-    def _restore(self, cap: int, base: int, since: int) -> None:
+    def _restore(self, cap: int, seed: Any, since: int) -> None:
         self.max_updates = cap
-        self._base, self._since = base, since
+        self._count_from(seed)
+        self._since = since
         self._asked = self._polled = self._declined = False
         self._decide()
+
+    def _count_from(self, value: Any) -> None:
+        """Take ``value`` (the value just stored in full) as the snapshot to count from.
+
+        Its size is estimated only when a decision needs it (``_decide``):
+        the whole history's estimate costs O(messages), and most loads of a
+        thread never write enough to ask. The list is copied (references
+        only), so what the channel later does to its own value cannot change
+        the snapshot's size.
+        """
+        self._seed = list(value) if isinstance(value, list) else None
+        self._base: int | None = None if self._seed is not None else 0
+
+    def _snapshot_bytes(self) -> int:
+        if self._base is None:
+            self._base = approx_bytes(self._seed)
+            self._seed = None
+        return self._base
 
     def copy(self) -> SizedDeltaChannel:
         """A copy with the same value and the same byte counts."""
         new = self._new()
         new.value = self.value if self.value is MISSING else copy.copy(self.value)
-        new._base, new._since = self._base, self._since
+        new._base, new._seed, new._since = self._base, self._seed, self._since
         new._asked, new._polled, new._declined = self._asked, self._polled, self._declined
         return new
 
@@ -173,8 +228,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             new.value = checkpoint.value
         else:
             new.value = checkpoint
-        base = approx_bytes(new.value) if isinstance(new.value, list) else 0
-        new._restore(self.max_updates, base, 0)
+        new._restore(self.max_updates, new.value, 0)
         return new
 
     def replay_writes(self, writes: Sequence[Any]) -> None:
@@ -191,7 +245,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             if not self._declined:
                 # The loop read "snapshot now" and did not take the plain
                 # path: it stored the value as it is. Count from here.
-                self._base = approx_bytes(self.value) if isinstance(self.value, list) else 0
+                self._count_from(self.value)
                 self._since = 0
                 self._asked = False
             self._polled = self._declined = False
@@ -208,7 +262,8 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         return super().checkpoint()
 
     def _decide(self) -> None:
-        if self._since >= max(self.MIN_BYTES, self.GROWTH * self._base):
+        # since >= max(MIN_BYTES, GROWTH * snapshot), the snapshot's size read only if needed
+        if self._since >= self.MIN_BYTES and self._since >= self.GROWTH * self._snapshot_bytes():
             self._asked = True
 
 

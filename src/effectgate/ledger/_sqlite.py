@@ -203,7 +203,7 @@ class _DecodedRows:
         hit = self._by_id.get(key)
         if hit is not None and hit[0] == raw:
             return hit[1]
-        op = codec.operation_from_row(dict(zip(codec.OPERATION_COLUMNS, raw, strict=True)))
+        op = codec.operation_from_tuple(raw)
         self._by_id[key] = (raw, op)
         return op
 
