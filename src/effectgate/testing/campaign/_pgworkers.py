@@ -14,11 +14,14 @@ recorded for workers (``effectgate.submit``). Then, all at once:
 
 ``kill-random``: 1..``max_kills`` SIGKILLs, each at a uniform moment in
 ``[0, kill_span_s]`` after every process said READY, each hitting one live
-process (worker or reviewer) drawn at random. ``kill-seam``: every process of
-the first generation runs with ``EFFECTGATE_FAILPOINT=<seam>`` and exits 137
-at its first pass through it. Every process that dies is replaced at once
-(bounded by ``max_runs`` replacements); once the reviewer reports every
-thread done or held for a person, the workers get SIGTERM (a clean stop).
+process (worker or reviewer) drawn at random. ``kill-seam``: the first
+reviewer and the first worker run with ``EFFECTGATE_FAILPOINT=<seam>`` and
+exit 137 at their first pass through it (arming every process would let
+three of them kill three attempts of one operation in a row: its attempt
+budget, after which it is FAILED or held for a person by design). Every
+process that dies is replaced at once (bounded by ``max_runs``
+replacements); once the reviewer reports every thread done or held for a
+person, the workers get SIGTERM (a clean stop).
 
 The oracle reads the ticket service's and the mail sink's own files and the
 workspace bytes (``effectgate.testing.oracle.world``): the incident's ticket
@@ -243,8 +246,12 @@ class _Supervisor:
 def _run(sup: _Supervisor) -> None:
     spec = sup.spec
     seam = spec.seam if spec.scenario == "kill-seam" else None
-    for _ in range(WORKERS):
-        sup.launch("worker", seam)
+    # The seam is armed in the first reviewer (it answers reviews and runs the
+    # effects that follow) and in one worker (it starts threads and resumes the
+    # ones the dead leave): at most two attempts of one operation die at it,
+    # inside its attempt budget of three, so a third can settle it.
+    for n in range(WORKERS):
+        sup.launch("worker", seam if n == 0 else None)
     sup.launch("reviewer", seam)
     sup.wait_ready()
     started = time.monotonic()
