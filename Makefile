@@ -57,8 +57,13 @@ notebooks: $(VENV)/.installed-notebooks
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run_all.py
 
-campaign: $(VENV)/.installed-bench
+# The single-thread campaign on SQLite, then 4 `effectgate worker` processes and a
+# reviewer on PostgreSQL (a fresh schema per trial on EFFECTGATE_TEST_POSTGRES,
+# default the local server).
+campaign: $(VENV)/.installed-bench $(VENV)/.installed-postgres
 	$(BIN)/python benchmarks/campaign.py --trials 1000 --out benchmarks/results/campaign.json
+	$(BIN)/python benchmarks/campaign.py --trials 300 --systems effectgate-pg-workers \
+		--out benchmarks/results/campaign_pg_workers.json
 
 # The lowest versions pyproject.toml allows for each direct dependency, in a
 # throwaway venv, must still run the demo, the CLI and the OpenAI model path.

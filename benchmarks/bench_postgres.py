@@ -1,11 +1,15 @@
-"""Side effects per second with 1, 2, 4 (8) worker processes on PostgreSQL, distinct threads.
+"""Side effects per second with 1, 2, 4 and 8 worker processes on PostgreSQL and SQLite.
 
-Two systems, each in its own fresh schema of one scratch database:
+Three systems, distinct threads per worker:
 
 - ``langgraph_pg``: plain LangGraph, ``create_agent`` + ``HumanInTheLoopMiddleware``
   + ``PostgresSaver`` on a ``psycopg_pool`` pool, ``durability="sync"``;
 - ``effectgate_pg``: ``open_agent(..., store=<url>)``: ``PostgresLedger`` and
-  ``StepDurablePostgresSaver`` (thread lease, review node, ledger claim and result).
+  ``StepDurablePostgresSaver`` (thread lease, review node, ledger claim and result);
+- ``effectgate_sqlite``: ``open_agent`` on one shared state directory (the
+  embedded default: one ledger file and one checkpoint file for every worker).
+
+The PostgreSQL systems each get a fresh schema of one scratch database.
 
 Same scripted model, same no-op ``record`` tool, same step as the other
 benchmarks (``_common``): one step is one approved side effect. Each worker
@@ -14,10 +18,22 @@ then runs a fresh thread: start plus ``M`` approved effects. Per round the
 rate is all effects over the time from the go to the last worker's end; the
 systems alternate round by round. Reported: median and min-max over rounds.
 
+What limits scaling is measured too: per round, each worker's own CPU time
+(``time.process_time``), the whole machine's busy CPU from ``/proc/stat``
+(every process: workers, PostgreSQL backends, other users) and the 1-minute
+load average. ``cpu_ms_per_effect`` is the workers' CPU time per effect;
+``machine_busy`` the fraction of all cores busy during the round.
+
 The server is ``EFFECTGATE_TEST_POSTGRES`` (default the local one); a scratch
 database is created and dropped.
 
 Usage: ``python benchmarks/bench_postgres.py [--workers 1 2 4 8]`` (writes results/postgres.json).
+
+``--count`` instead runs each PostgreSQL system in this process, one worker,
+and counts per side effect the statements psycopg sends, the round trips
+(a pipeline's statements share one), the ``COMMIT``s, and where the time
+goes (``cProfile`` of the steps: time waiting on the server vs in Python);
+it writes ``results/postgres_roundtrips.json``.
 """
 
 from __future__ import annotations
@@ -32,7 +48,7 @@ from typing import Any
 
 import _common as c
 
-SYSTEMS = ["langgraph_pg", "effectgate_pg"]
+SYSTEMS = ["langgraph_pg", "effectgate_pg", "effectgate_sqlite"]
 
 
 class LangGraphPg(c.System):
@@ -84,11 +100,11 @@ class LangGraphPg(c.System):
 
 
 class EffectgatePg(c.System):
-    """effectgate's ``Agent`` with ``store=<url>``: PostgreSQL ledger and checkpoints."""
+    """effectgate's ``Agent`` with ``store=<url>`` (PostgreSQL), or ``None`` (SQLite files)."""
 
     name = "effectgate_pg"
 
-    def __init__(self, url: str, root: Path, script: dict[str, Any]) -> None:
+    def __init__(self, url: str | None, root: Path, script: dict[str, Any]) -> None:
         super().__init__(root, script)
         from effectgate._app import open_agent
         from effectgate.models import ScriptedChatModel
@@ -102,18 +118,25 @@ class EffectgatePg(c.System):
             store=url,
         )
         self.agent = self._cm.__enter__()
+        self.pending: dict[str, Any] = {}
 
     def start(self, thread_id: str) -> None:
         result = self.agent.start(c.TASK, thread_id=thread_id)
         if result.status.value not in ("waiting_review", "done"):
             raise RuntimeError(f"effectgate start ended {result.status}: {result.error}")
+        self.pending[thread_id] = result.interrupts
 
     def step(self, thread_id: str) -> None:
-        pending = self.agent.status(thread_id).interrupts
-        # each answer names the review it answers
+        # Each answer names the review it answers. The pending reviews come
+        # with the previous run's result, as in a worker's loop; no extra
+        # status read (the LangGraph client reads nothing before resuming).
+        pending = self.pending.pop(thread_id, None)
+        if pending is None:
+            pending = self.agent.status(thread_id).interrupts
         result = self.agent.resume(thread_id, answers={p.id: c.APPROVE for p in pending})
         if result.status.value not in ("waiting_review", "done"):
             raise RuntimeError(f"effectgate step ended {result.status}: {result.error}")
+        self.pending[thread_id] = result.interrupts
 
     def close(self) -> None:
         self._cm.__exit__(None, None, None)
@@ -121,7 +144,19 @@ class EffectgatePg(c.System):
 
 def _open(system: str, url: str, root: Path, calls: int) -> c.System:
     script = c.make_script(calls + 2)
-    return LangGraphPg(url, script) if system == "langgraph_pg" else EffectgatePg(url, root, script)
+    if system == "langgraph_pg":
+        return LangGraphPg(url, script)
+    return EffectgatePg(None if system == "effectgate_sqlite" else url, root, script)
+
+
+def _machine_busy() -> tuple[int, int]:
+    """``(busy, total)`` jiffies of all cores since boot, from ``/proc/stat`` ((0, 0) elsewhere)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def _wait_for(path: Path) -> None:
@@ -137,13 +172,14 @@ def child_worker(system: str, url: str, root: Path, thread: str, calls: int, syn
     for r in range(rounds):
         _wait_for(sync / f"go-{r}")
         before = len(sys_.sink)
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         sys_.start(f"{thread}-r{r}")
         for _ in range(calls):
             sys_.step(f"{thread}-r{r}")
-        t1 = time.monotonic()
+        t1, cpu1 = time.monotonic(), time.process_time()
         tmp = sync / f"partial-{r}-{thread}"
-        tmp.write_text(json.dumps({"t0": t0, "t1": t1, "effects": len(sys_.sink) - before}))
+        report = {"t0": t0, "t1": t1, "cpu_s": cpu1 - cpu0, "effects": len(sys_.sink) - before}
+        tmp.write_text(json.dumps(report))
         tmp.replace(sync / f"report-{r}-{thread}.json")
     _wait_for(sync / "quit")
     sys_.close()
@@ -174,7 +210,11 @@ class _Group:
                 raise RuntimeError(f"a {system} worker died before starting: {self.errors()}")
             time.sleep(0.01)
 
-    def round(self, r: int) -> float:
+    def round(self, r: int) -> dict[str, float]:
+        """Run round ``r``; return its rate (effects/s) and what it cost in CPU."""
+        import os
+
+        busy0, total0 = _machine_busy()
         go_at = time.monotonic()
         (self.sync / f"go-{r}").touch()
         while len(list(self.sync.glob(f"report-{r}-*.json"))) < self.workers:
@@ -182,7 +222,16 @@ class _Group:
                 raise RuntimeError(f"a {self.system} worker died: {self.errors()}")
             time.sleep(0.005)
         reports = [json.loads(f.read_text()) for f in self.sync.glob(f"report-{r}-*.json")]
-        return sum(rep["effects"] for rep in reports) / (max(rep["t1"] for rep in reports) - go_at)
+        busy1, total1 = _machine_busy()
+        wall = max(rep["t1"] for rep in reports) - go_at
+        effects = sum(rep["effects"] for rep in reports)
+        return {
+            "rate": effects / wall,
+            "wall_ms_per_effect": 1000 * wall / effects,
+            "cpu_ms_per_effect": 1000 * sum(rep["cpu_s"] for rep in reports) / effects,
+            "machine_busy": (busy1 - busy0) / (total1 - total0) if total1 > total0 else -1.0,
+            "load_1m": os.getloadavg()[0],
+        }
 
     def errors(self) -> str:
         return " | ".join(
@@ -208,6 +257,7 @@ def run(admin_dsn: str, worker_counts: list[int], calls: int, rounds: int) -> di
     from effectgate.testing.postgres import scratch_database, with_search_path
 
     rates: dict[tuple[str, int], list[float]] = {}
+    costs: dict[tuple[str, int], list[dict[str, float]]] = {}
     with scratch_database(admin_dsn) as db:
         for n in worker_counts:
             groups: dict[str, _Group] = {}
@@ -219,7 +269,9 @@ def run(admin_dsn: str, worker_counts: list[int], calls: int, rounds: int) -> di
                     groups[s] = _Group(s, with_search_path(db, schema), n, calls, rounds)
                 for r in range(rounds):
                     for s in c.rotated(SYSTEMS, r):
-                        rates.setdefault((s, n), []).append(groups[s].round(r))
+                        measured = groups[s].round(r)
+                        rates.setdefault((s, n), []).append(measured["rate"])
+                        costs.setdefault((s, n), []).append(measured)
                     c.log(f"  {n} worker(s), round {r + 1}/{rounds}: " + ", ".join(
                         f"{s} {rates[s, n][-1]:.1f}/s" for s in SYSTEMS))  # fmt: skip
             finally:
@@ -227,6 +279,26 @@ def run(admin_dsn: str, worker_counts: list[int], calls: int, rounds: int) -> di
                     g.close()
     out: dict[str, Any] = {
         s: {str(n): c.spread(rates[s, n], 1) for n in worker_counts} for s in SYSTEMS
+    }
+    out["cost"] = {
+        s: {
+            str(n): {
+                key: c.spread([m[key] for m in costs[s, n]], 2)
+                for key in ("wall_ms_per_effect", "cpu_ms_per_effect", "machine_busy", "load_1m")
+            }
+            for n in worker_counts
+        }
+        for s in SYSTEMS
+    }
+    out["scaling_over_one_worker"] = {
+        s: {
+            str(n): round(
+                c.percentile(rates[s, n], 0.5) / c.percentile(rates[s, worker_counts[0]], 0.5),  # type: ignore[operator]
+                2,
+            )
+            for n in worker_counts
+        }
+        for s in SYSTEMS
     }
     out["ratio_effectgate_over_langgraph_time_per_effect"] = {
         str(n): round(
@@ -239,14 +311,141 @@ def run(admin_dsn: str, worker_counts: list[int], calls: int, rounds: int) -> di
     return out
 
 
+class _Counter:
+    """Counts what psycopg sends while installed: statements by first word, round trips."""
+
+    def __init__(self) -> None:
+        self.statements: dict[str, int] = {}
+        self.round_trips = 0
+        self.texts: dict[str, int] = {}
+        self.on = False
+
+    def see(self, query: Any, in_pipeline: bool) -> None:
+        if not self.on:
+            return
+        text = query.as_string(None) if hasattr(query, "as_string") else str(query)
+        text = " ".join(text.split())
+        word = (text.split(" ", 1)[0] or "?").upper()
+        self.statements[word] = self.statements.get(word, 0) + 1
+        self.texts[text[:90]] = self.texts.get(text[:90], 0) + 1
+        if not in_pipeline:
+            self.round_trips += 1
+
+    def synced(self) -> None:
+        if self.on:
+            self.round_trips += 1
+
+
+def _install(counter: _Counter) -> None:
+    """Wrap ``Cursor.execute``/``executemany`` and ``Pipeline.sync`` (a pipeline: one trip)."""
+    import psycopg
+
+    def wrap(cls: Any, name: str) -> None:
+        original = getattr(cls, name)
+
+        def run(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.see(query, self.connection._pipeline is not None)
+            return original(self, query, *args, **kwargs)
+
+        setattr(cls, name, run)
+
+    wrap(psycopg.Cursor, "execute")
+    wrap(psycopg.Cursor, "executemany")
+    original_exit = psycopg.Pipeline.__exit__
+
+    def pipeline_exit(self: Any, *exc: Any) -> Any:
+        if self._conn._pipeline is self and self.level == 1:
+            counter.synced()
+        return original_exit(self, *exc)
+
+    psycopg.Pipeline.__exit__ = pipeline_exit  # type: ignore[method-assign]
+
+
+def count(admin_dsn: str, steps: int) -> dict[str, Any]:
+    """Statements, round trips and commits per side effect, and a profile, per PG system."""
+    import cProfile
+    import pstats
+
+    import psycopg
+
+    from effectgate.testing.postgres import scratch_database, with_search_path
+
+    counter = _Counter()
+    _install(counter)
+    out: dict[str, Any] = {}
+    with scratch_database(admin_dsn) as db:
+        for s in ("langgraph_pg", "effectgate_pg"):
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute(f'CREATE SCHEMA "count_{s}"')
+            sys_ = _open(s, with_search_path(db, f"count_{s}"), c.work_dir("pgcount"), steps + 3)
+            try:
+                sys_.start("warm")
+                sys_.step("warm")  # first-call costs (prepared plans, imports) out of the count
+                counter.statements, counter.texts, counter.round_trips = {}, {}, 0
+                counter.on = True
+                prof = cProfile.Profile()
+                t0, cpu0 = time.perf_counter(), time.process_time()
+                prof.enable()
+                for _ in range(steps):
+                    sys_.step("warm")
+                prof.disable()
+                wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+                counter.on = False
+            finally:
+                sys_.close()
+            stats = pstats.Stats(prof)
+            waiting = sum(
+                row[3]
+                for (file, _line, fn), row in stats.stats.items()  # type: ignore[attr-defined]
+                if fn
+                in (
+                    "wait",
+                    "<built-in method select.select>",
+                    "<built-in method _socket.socket.recv>",
+                )
+                or ("psycopg" in file and fn in ("wait_c", "wait_epoll", "wait_select"))
+            )
+            top = sorted(
+                stats.stats.items(),  # type: ignore[attr-defined]
+                key=lambda kv: kv[1][3],
+                reverse=True,
+            )[:25]
+            out[s] = {
+                "steps": steps,
+                "wall_ms_per_effect": round(1000 * wall / steps, 2),
+                "client_cpu_ms_per_effect_profiled": round(1000 * cpu / steps, 2),
+                "statements_per_effect": round(sum(counter.statements.values()) / steps, 2),
+                "round_trips_per_effect": round(counter.round_trips / steps, 2),
+                "by_kind_per_effect": {
+                    k: round(v / steps, 2) for k, v in sorted(counter.statements.items())
+                },
+                "statements": {
+                    k: round(v / steps, 2)
+                    for k, v in sorted(counter.texts.items(), key=lambda kv: -kv[1])
+                },
+                "profile_waiting_on_server_ms_per_effect": round(1000 * waiting / steps, 2),
+                "profile_top_cumulative_ms_per_effect": {
+                    f"{Path(file).name}:{line}:{fn}": round(1000 * row[3] / steps, 2)
+                    for (file, line, fn), row in top
+                },
+            }
+            c.log(
+                f"  {s}: {out[s]['wall_ms_per_effect']} ms, "
+                f"{out[s]['statements_per_effect']} statements, "
+                f"{out[s]['round_trips_per_effect']} round trips per effect"
+            )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--worker", nargs=6, metavar=("SYSTEM", "URL", "DIR", "THREAD", "CALLS", "SYNC")
     )
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--calls", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--count", action="store_true", help="count round trips, one worker")
     args = parser.parse_args()
     if args.worker:
         s, url, d, t, n, sync = args.worker
@@ -257,6 +456,12 @@ def main() -> None:
     from effectgate.testing.postgres import DEFAULT_DSN, ENV_DSN
 
     q = c.quick()
+    if args.count:
+        steps = args.calls or (5 if q else 30)
+        c.log("postgres: statements and round trips per side effect, one worker")
+        counted = count(os.environ.get(ENV_DSN) or DEFAULT_DSN, steps)
+        c.log(f"wrote {c.write_result('postgres_roundtrips', {'steps': steps}, counted)}")
+        return
     params: dict[str, Any] = {
         "workers": args.workers,
         "calls_per_worker": args.calls or (3 if q else 20),

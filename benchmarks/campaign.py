@@ -7,7 +7,9 @@ Usage (the full campaign, >= 1,000 trials per system)::
         --out benchmarks/results/campaign.json
 
 writes ``campaign.json`` (every trial) and ``campaign.md`` (the tables) next
-to it. See docs/campaign.md for the method.
+to it. ``--systems effectgate-pg-workers`` runs 4 ``effectgate worker``
+processes and a reviewer on PostgreSQL (``EFFECTGATE_TEST_POSTGRES``, default
+the local server; a fresh schema per trial). See docs/campaign.md for the method.
 """
 
 from __future__ import annotations
@@ -37,7 +39,15 @@ from effectgate.testing.campaign import (
     summarize,
 )
 
-PACKAGES = ("effectgate", "langgraph", "langchain", "langgraph-checkpoint-sqlite", "effect-ledger")
+PACKAGES = (
+    "effectgate",
+    "langgraph",
+    "langchain",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "psycopg",
+    "effect-ledger",
+)
 
 
 def versions() -> dict[str, str]:

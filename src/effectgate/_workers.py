@@ -98,7 +98,11 @@ def submit(
 
 
 def readiness(agent: Agent, thread_id: str) -> Readiness:
-    """Classify one thread for a worker (see ``Readiness``); reads the lease and the checkpoint."""
+    """Classify one thread for a worker (see ``Readiness``); reads the lease, then ``Agent.status``.
+
+    A review whose answer is recorded but not yet applied (its runner died in
+    between) is ``UNFINISHED``: a worker resumes it, the answer stands.
+    """
     ledger = agent.ledger
     with ledger.store.read() as r:
         lease = r.get_lease(thread_id)
@@ -109,12 +113,18 @@ def readiness(agent: Agent, thread_id: str) -> Readiness:
         and not owner_is_gone(lease.owner)  # a dead holder's lease is taken over at once
     ):
         return Readiness.HELD
-    snapshot = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
-    if snapshot.metadata is None:
+    from effectgate.graph import RunStatus
+
+    # ``Agent.status`` is the one reading of where a thread stands: an
+    # interrupt whose answer is already recorded (a runner died between
+    # recording it and writing the next checkpoint) is not pending any more,
+    # and a follow-up turn recorded but not run leaves the thread unfinished.
+    status = agent.status(thread_id).status
+    if status is RunStatus.NOT_STARTED:
         return Readiness.NEW
-    if snapshot.interrupts:
+    if status in (RunStatus.WAITING_REVIEW, RunStatus.WAITING_RECONCILIATION):
         return Readiness.REVIEW
-    return Readiness.UNFINISHED if snapshot.next else Readiness.DONE
+    return Readiness.DONE if status is RunStatus.DONE else Readiness.UNFINISHED
 
 
 def _answers(result: RunResult, approve: str, reviewer: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ full path (correct, a few reads slower), and ``get_delta_channel_history`` is
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -47,7 +48,7 @@ from psycopg_pool import ConnectionPool
 
 __all__ = ["StepDurablePostgresSaver", "open_postgres_saver"]
 
-_SETUP_LOCK = "SELECT pg_advisory_lock(hashtext('effectgate.checkpoints.setup'))"
+_SETUP_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('effectgate.checkpoints.setup')) AS taken"
 _SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.checkpoints.setup'))"
 
 
@@ -90,6 +91,34 @@ class StepDurablePostgresSaver(PostgresSaver):
             yield cur
 
 
+_SETUP_POLL_S = 0.05
+_SETUP_TIMEOUT_S = 120.0
+
+
+def _lock_setup(conn: psycopg.Connection[Any]) -> None:
+    """Take the setup lock, polling with ``pg_try_advisory_lock`` between idle pauses.
+
+    Not ``pg_advisory_lock``: a session blocked in it sits in an open
+    transaction, and ``PostgresSaver.setup``'s ``CREATE INDEX CONCURRENTLY``
+    in the holder waits for every open transaction to end, so holder and
+    waiter would deadlock (the server then fails one of them). Between polls
+    this connection is idle (autocommit), which that statement does not wait for.
+
+    Raises:
+        psycopg.OperationalError: the lock stayed taken for ``_SETUP_TIMEOUT_S`` seconds.
+    """
+    deadline = time.monotonic() + _SETUP_TIMEOUT_S
+    while True:
+        row = conn.execute(_SETUP_TRY_LOCK).fetchone()  # a dict_row connection
+        if row is not None and row["taken"]:
+            return
+        if time.monotonic() > deadline:
+            raise psycopg.OperationalError(
+                f"the checkpoint tables' setup lock stayed taken for {_SETUP_TIMEOUT_S:.0f} s"
+            )
+        time.sleep(_SETUP_POLL_S)
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET synchronous_commit = on")
 
@@ -99,7 +128,8 @@ def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurable
     """Open a ``StepDurablePostgresSaver`` on a pool, with its tables set up; close the pool after.
 
     ``PostgresSaver.setup`` (create or migrate the checkpoint tables) runs
-    under an advisory lock, so workers starting together do not race on it.
+    under an advisory lock, so workers starting together do not race on it;
+    the lock is polled, never waited for in a transaction (``_lock_setup``).
 
     Args:
         dsn: a libpq connection string or ``postgresql://`` URL.
@@ -113,7 +143,7 @@ def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurable
         psycopg.Error: the server cannot be reached or refuses the setup.
     """
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
-        conn.execute(_SETUP_LOCK)
+        _lock_setup(conn)
         try:
             PostgresSaver(conn).setup()
         finally:

@@ -249,7 +249,7 @@ SQL_SCHEMA_LOCK = "SELECT pg_advisory_lock(hashtext('effectgate.ledger.schema'))
 SQL_SCHEMA_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.ledger.schema'))"
 SQL_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 SQL_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
-SQL_NOT_DURABLE = "; SET LOCAL synchronous_commit = off"
+SQL_NOT_DURABLE = "SET LOCAL synchronous_commit = off"
 
 _BUSY_STATES = frozenset(
     {
@@ -354,12 +354,48 @@ def _operation_tombstone(row: Sequence[Any]) -> OperationTombstone:
     )
 
 
+class _Session:
+    """One pooled connection whose ``BEGIN`` travels with the block's first statement.
+
+    ``BEGIN`` (and a ``SET LOCAL``) are queued in a psycopg pipeline with the
+    first statement, so opening the transaction costs no round trip of its own
+    (psycopg's "Pipeline mode support"; libpq's "Pipeline Mode"): the server
+    runs them in order, the first statement inside the transaction, exactly
+    as if they had been sent one by one. Every later statement runs as
+    before. A block that ran no statement sends nothing, not even ``COMMIT``.
+    """
+
+    __slots__ = ("_begin", "_conn")
+
+    def __init__(self, conn: psycopg.Connection[Any], begin: Sequence[str]) -> None:
+        self._conn = conn
+        self._begin: Sequence[str] | None = begin
+
+    def execute(
+        self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> psycopg.Cursor[Any]:
+        """``Connection.execute``; the first call opens the transaction in the same round trip."""
+        if self._begin is None:
+            return self._conn.execute(query, params)
+        begin, self._begin = self._begin, None
+        with self._conn.pipeline():
+            for statement in begin:
+                self._conn.execute(statement)
+            cur = self._conn.execute(query, params)
+        return cur  # the pipeline's exit synced: results, rowcount and errors are in
+
+    def finish(self, statement: str) -> None:
+        """``COMMIT`` or ``ROLLBACK`` the transaction, if a statement opened one."""
+        if self._begin is None:
+            self._conn.execute(statement)
+
+
 class _Reader:
     """Reads on one pooled connection inside a transaction the store opened."""
 
     _lock_rows = ""
 
-    def __init__(self, conn: psycopg.Connection[Any], decoded: _DecodedRows) -> None:
+    def __init__(self, conn: _Session, decoded: _DecodedRows) -> None:
         self._conn = conn
         self._decoded = decoded
 
@@ -785,11 +821,10 @@ class PostgresLedgerStore:
         return self._pool
 
     @contextmanager
-    def _connection(self, begin: str) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self, begin: Sequence[str]) -> Iterator[_Session]:
         with self._live().connection() as conn:
-            conn.execute(begin)
             try:
-                yield conn
+                yield _Session(conn, begin)
             finally:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     # a broken connection: the pool discards it; keep the first error
@@ -799,8 +834,9 @@ class PostgresLedgerStore:
     @contextmanager
     def read(self) -> Iterator[StoreReader]:
         """Open a REPEATABLE READ, READ ONLY snapshot on a pooled connection."""
-        with _translated(self._where), self._connection(SQL_BEGIN_READ) as conn:
+        with _translated(self._where), self._connection((SQL_BEGIN_READ,)) as conn:
             yield _Reader(conn, self._decoded)
+            conn.finish("ROLLBACK")
 
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[StoreTransaction]:
@@ -817,10 +853,10 @@ class PostgresLedgerStore:
             LedgerBusyError: a row lock or a pooled connection was not had in
                 time, or the server broke a deadlock by aborting this transaction.
         """
-        begin = SQL_BEGIN_WRITE + ("" if durable else SQL_NOT_DURABLE)
+        begin = (SQL_BEGIN_WRITE,) if durable else (SQL_BEGIN_WRITE, SQL_NOT_DURABLE)
         with _translated(self._where), self._connection(begin) as conn:
             yield _Transaction(conn, self._decoded)
-            conn.execute("COMMIT")
+            conn.finish("COMMIT")
 
     def server_time(self) -> datetime:
         """Return the database server's current time (``clock_timestamp()``), aware UTC."""

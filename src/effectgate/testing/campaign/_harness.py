@@ -61,6 +61,11 @@ __all__ = [
 SCENARIOS = ("kill-random", "kill-seam", "concurrent-start", "replay-fork")
 DEFAULT_MIX = ("kill-random",) * 4 + ("kill-seam",) * 2 + ("concurrent-start", "replay-fork")
 """The scenario cycle: trial ``i`` plays ``mix[i % len(mix)]``."""
+PG_WORKERS_SCENARIOS = frozenset({"kill-random", "kill-seam"})
+"""What ``effectgate-pg-workers`` plays; its trials of other scenarios play ``kill-random``
+(several workers start together in every one of its trials)."""
+PG_WORKERS_KILL_SPAN_S = 4.0
+"""Its kill moments are uniform in ``[0, 4]`` s after READY: four threads take that long."""
 
 EFFECTGATE_SEAMS = (
     "AFTER_REVIEW_RECORDED#1",
@@ -88,7 +93,7 @@ PLAIN_SEAMS = (
 """The same moments in the plain tools (``CAMPAIGN_KILL``): approved/claimed but not sent;
 the external system committed; the result recorded but not checkpointed."""
 
-_GATED_BY_EFFECTGATE = frozenset({System.EFFECTGATE, System.MIDDLEWARE})
+_GATED_BY_EFFECTGATE = frozenset({System.EFFECTGATE, System.MIDDLEWARE, System.PG_WORKERS})
 """Systems whose seams are effectgate's failpoints."""
 _READY_TIMEOUT_S = 90.0
 _POLL_S = 0.005
@@ -197,6 +202,11 @@ def plan_trials(
         n_seam = 0
         for i in range(trials):
             scenario = mix[i % len(mix)]
+            span = kill_span_s
+            if system is System.PG_WORKERS:
+                span = max(kill_span_s, PG_WORKERS_KILL_SPAN_S)
+                if scenario not in PG_WORKERS_SCENARIOS:
+                    scenario = "kill-random"
             trial_seed = random.Random(f"{seed}:{i}").randrange(2**31)
             seam = None
             if scenario == "kill-seam":
@@ -210,7 +220,7 @@ def plan_trials(
                     seed=trial_seed,
                     seam=seam,
                     kills=kills if scenario == "kill-random" else 0,
-                    kill_span_s=kill_span_s,
+                    kill_span_s=span,
                     service_delay_s=service_delay_s,
                 )
             )
@@ -430,6 +440,10 @@ def run_trial(
     """
     from effectgate.demo.services import DemoServices
 
+    if spec.system is System.PG_WORKERS:
+        from effectgate.testing.campaign._pgworkers import run_pg_workers_trial
+
+        return run_pg_workers_trial(spec, workdir, server=server, keep=keep)
     started = time.monotonic()
     root = workdir / f"{spec.system.value}-{spec.scenario}-{spec.index:05d}"
     shutil.rmtree(root, ignore_errors=True)

@@ -70,6 +70,8 @@ class System(enum.StrEnum):
     MIDDLEWARE = "effectgate-middleware"
     BASELINE = "baseline"
     EFFECT_LEDGER = "effect-ledger"
+    PG_WORKERS = "effectgate-pg-workers"
+    """4 ``effectgate worker`` processes and a reviewer on one PostgreSQL (``_pgworkers``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,7 @@ _GO_POLL_S = 0.002
 
 def import_everything() -> None:
     """Pay every import before READY; they take most of a worker's lifetime."""
+    import effectgate.cli._app
     import effectgate.graph
     import effectgate.testing.campaign._tools
     import effectgate.testing.worker  # noqa: F401
@@ -39,6 +40,21 @@ def _wait_for(go_file: Path) -> None:
     deadline = time.monotonic() + _GO_TIMEOUT_S
     while not go_file.exists() and time.monotonic() < deadline:
         time.sleep(_GO_POLL_S)
+
+
+def _pg_role(role: str, state_dir: Path, lease_ttl_s: float) -> int:
+    """``effectgate worker`` itself (its command line, in this process), or the reviewer."""
+    if role == "reviewer":
+        from effectgate.testing.campaign._pgworkers import review_until_settled
+
+        return review_until_settled(state_dir, lease_ttl_s)
+    from effectgate.cli import main as cli
+
+    try:
+        cli(["worker", "--state-dir", str(state_dir), "--json", "--lease-ttl", str(lease_ttl_s)])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,12 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fork", action="store_true")
     parser.add_argument("--kill-after-result", action="store_true")
     parser.add_argument("--go-file", type=Path)
+    parser.add_argument("--role", choices=["worker", "reviewer"], default="worker")
+    parser.add_argument("--lease-ttl", type=float, default=30.0)
     args = parser.parse_args(argv)
     import_everything()
     print(json.dumps({"event": "ready"}), flush=True)
     if args.go_file is not None:
         _wait_for(args.go_file)
     system = System(args.system)
+    if system is System.PG_WORKERS:
+        return _pg_role(args.role, args.state_dir, args.lease_ttl)
     if system is System.EFFECTGATE and not (args.fresh_ids or args.fork):
         from effectgate.testing import worker
 
