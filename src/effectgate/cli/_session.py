@@ -169,14 +169,7 @@ def _answer(
     for item in pending:
         value = item.value
         if item.kind == "review":
-            if isinstance(source, FileDecisions):
-                given = source.review(value, item.id)
-            elif isinstance(source, TerminalReviewer):
-                # a person sees the model's stated reason; edits are checked by the tool's schema
-                context = review_context(agent, value)
-                given = _ask(source, stopper, partial(source.review, value, context))
-            else:
-                given = _ask(source, stopper, partial(source.review, value))
+            given = _review(item, source, agent, stopper)
             if given is not None:
                 answers.answers[item.id] = bind_decisions(value, given)
             continue
@@ -199,6 +192,18 @@ def _answer(
     if not answers.answers and answers.decisions is None:
         return None
     return answers
+
+
+def _review(item: PendingInterrupt, source: DecisionSource, agent: Agent, stopper: Stopper) -> Any:
+    """The answer ``source`` gives to the review ``item`` (``None``: left unanswered)."""
+    value = item.value
+    if isinstance(source, FileDecisions):
+        return source.review(value, item.id)
+    if isinstance(source, TerminalReviewer):
+        # a person sees the model's stated reason; edits are checked by the tool's schema
+        context = review_context(agent, value)
+        return _ask(source, stopper, partial(source.review, value, context))
+    return _ask(source, stopper, partial(source.review, value))
 
 
 def _leftover(source: FileDecisions, answers: _Answers) -> None:
