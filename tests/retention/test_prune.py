@@ -28,9 +28,9 @@ APPROVE: dict[str, Any] = {"decisions": [{"type": "approve"}], "reviewer": "t"}
 NO_LEDGER = {"operations_after": None, "tombstones_after": None}
 
 
-def _noise(seed: str) -> str:
+def _noise(key: str) -> str:
     """2 KiB of text that does not compress (PostgreSQL compresses large values)."""
-    return "".join(hashlib.sha256(f"{seed}/{i}".encode()).hexdigest() for i in range(32))
+    return "".join(hashlib.sha256(f"{key}/{i}".encode()).hexdigest() for i in range(32))
 
 
 def _script(sd: StateDir, name: str, calls: int = 1) -> str:
