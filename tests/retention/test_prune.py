@@ -167,7 +167,10 @@ def test_prune_keeps_every_unfinished_thread_whole_and_each_ticket_happens_once(
         assert set(report.threads_kept) == {"review", "verdict", "killed"}
         assert report.checkpoints_removed == dry.checkpoints_removed > 0
         assert report.payload_bytes == dry.payload_bytes > 0
-        assert report.files["checkpoints"]["after"] < report.files["checkpoints"]["before"]
+        files = report.files["checkpoints"]
+        # PostgreSQL's VACUUM may keep rows an open transaction elsewhere can
+        # see; the size bound is test_file_after_prune_and_vacuum_...'s
+        assert files["after"] < files["before"] if store is None else files["after"] > 0
         assert _checkpoint_rows(sd, "done", store) == 0
         for t in ("fork", "review", "verdict", "killed"):
             # fewer only past a snapshot: before it, every checkpoint is an ancestor the
