@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -28,9 +29,9 @@ APPROVE: dict[str, Any] = {"decisions": [{"type": "approve"}], "reviewer": "t"}
 NO_LEDGER = {"operations_after": None, "tombstones_after": None}
 
 
-def _noise(seed: str) -> str:
+def _noise(key: str) -> str:
     """2 KiB of text that does not compress (PostgreSQL compresses large values)."""
-    return "".join(hashlib.sha256(f"{seed}/{i}".encode()).hexdigest() for i in range(32))
+    return "".join(hashlib.sha256(f"{key}/{i}".encode()).hexdigest() for i in range(32))
 
 
 def _script(sd: StateDir, name: str, calls: int = 1) -> str:
@@ -166,7 +167,10 @@ def test_prune_keeps_every_unfinished_thread_whole_and_each_ticket_happens_once(
         assert set(report.threads_kept) == {"review", "verdict", "killed"}
         assert report.checkpoints_removed == dry.checkpoints_removed > 0
         assert report.payload_bytes == dry.payload_bytes > 0
-        assert report.files["checkpoints"]["after"] < report.files["checkpoints"]["before"]
+        files = report.files["checkpoints"]
+        # PostgreSQL's VACUUM may keep rows an open transaction elsewhere can
+        # see; the size bound is test_file_after_prune_and_vacuum_...'s
+        assert files["after"] < files["before"] if store is None else files["after"] > 0
         assert _checkpoint_rows(sd, "done", store) == 0
         for t in ("fork", "review", "verdict", "killed"):
             # fewer only past a snapshot: before it, every checkpoint is an ancestor the
@@ -248,25 +252,37 @@ def test_a_late_write_after_delete_does_not_bring_the_thread_back(
 def test_file_after_prune_and_vacuum_is_the_kept_threads_plus_a_constant(
     services: DemoServices, state_dir: StateDir, store: str | None
 ) -> None:
-    """Deleting 4 of 5 threads leaves a checkpoint file the size of the one kept, within 64 KiB."""
+    """Deleting 4 of 5 threads leaves a checkpoint file the size of the one kept, plus a constant.
+
+    The constant is the fixed cost of the empty tables and their indexes: a
+    page each in SQLite (64 KiB allowed); on PostgreSQL a few pages per table
+    (two indexes of two pages, a heap page, a TOAST table and its index;
+    measured 190 KiB for the four tables after VACUUM FULL; 256 KiB allowed).
+    """
     sd = state_dir
     names = ["keep", "a", "b", "c", "d"]
     for name in names:
         with _agent(sd, services, name, calls=2, store=store) as agent:
             _finish(agent, name, 2)
+    bound = (64 if store is None else 256) * 1024
     with _agent(sd, services, "keep", calls=2, store=store) as agent:
         report = agent.prune(PrunePolicy(delete_threads=names[1:], **NO_LEDGER))
         assert sorted(report.threads_deleted) == sorted(names[1:])
+        before = report.files["checkpoints"]["before"]
+        kept = _stored_bytes(sd, store)
+        # PostgreSQL's VACUUM keeps the rows a transaction still open on the
+        # server may see (on a shared test server: another session's): the
+        # space comes back with a later VACUUM, here a prune with nothing to remove.
+        for _ in range(20 if store is not None else 0):
+            if report.files["checkpoints"]["after"] <= kept + bound:
+                break
+            time.sleep(0.5)
+            report = agent.prune(PrunePolicy(**NO_LEDGER))
         assert agent.status("keep").status is RunStatus.DONE
         assert len(agent.messages("keep")) == 6
     after = report.files["checkpoints"]["after"]
-    # What the kept thread's rows hold, and the fixed cost of the empty tables
-    # and their indexes: a page each in SQLite; on PostgreSQL a few pages per
-    # table: two indexes of two pages each, a heap page, a TOAST table and its
-    # index (measured: 190 KiB for the four tables after VACUUM FULL).
-    kept = _stored_bytes(sd, store)
-    assert after <= kept + (64 if store is None else 256) * 1024
-    assert after < report.files["checkpoints"]["before"]
+    assert after <= kept + bound
+    assert after < before
 
 
 def _stored_bytes(sd: StateDir, store: str | None) -> int:

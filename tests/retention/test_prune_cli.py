@@ -144,7 +144,7 @@ def test_prune_on_a_postgresql_state(tmp_path: Path, postgres_url: str) -> None:
     """A state directory whose store is PostgreSQL: dry run, delete, threads says deleted.
 
     The sizes are the tables' (``pg_total_relation_size``), and the run ends
-    with a VACUUM that gives the deleted thread's space back.
+    with a VACUUM.
     """
     state = str(tmp_path / "state")
     sd = ("--state-dir", state)
@@ -159,7 +159,9 @@ def test_prune_on_a_postgresql_state(tmp_path: Path, postgres_url: str) -> None:
     assert gone.json["checkpoints_removed"] == dry.json["checkpoints_removed"] > 0
     files = gone.json["files"]
     assert set(files) == {"checkpoints", "ledger"}
-    assert files["checkpoints"]["after"] < files["checkpoints"]["before"]
+    # not smaller for sure: VACUUM keeps rows an open transaction elsewhere on the
+    # server may still see (the library test covers the size bound)
+    assert files["checkpoints"]["after"] <= files["checkpoints"]["before"]
     (thread,) = eg("threads", *sd, "--json").json["threads"]
     assert thread["status"].startswith("deleted (") and "done with it" in thread["status"]
     refused = eg("resume", *sd, "--thread", "demo-1")
