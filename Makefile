@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --progress-bar on
 
-.PHONY: demo test lint typecheck bench campaign notebooks lowest-deps clean
+.PHONY: demo test lint typecheck bench campaign answer-machine notebooks lowest-deps clean
 
 $(BIN)/python:
 	@echo "== creating $(VENV) with $(PY) -m venv"
@@ -64,6 +64,11 @@ campaign: $(VENV)/.installed-bench $(VENV)/.installed-postgres
 	$(BIN)/python benchmarks/campaign.py --trials 1000 --out benchmarks/results/campaign.json
 	$(BIN)/python benchmarks/campaign.py --trials 300 --systems effectgate-pg-workers \
 		--out benchmarks/results/campaign_pg_workers.json
+
+# The answer state machine with more runs and longer ones than the suite's bounded version.
+answer-machine: $(VENV)/.installed-test
+	EG_ANSWER_MACHINE_EXAMPLES=40 EG_ANSWER_MACHINE_STEPS=20 $(BIN)/python -m pytest -q \
+		-p no:cacheprovider tests/answers/test_answer_machine.py
 
 # The lowest versions pyproject.toml allows for each direct dependency, in a
 # throwaway venv, must still run the demo, the CLI and the OpenAI model path.

@@ -207,6 +207,54 @@ def tool_line(content: str) -> str:
     return _short(line, _LINE_CHARS)
 
 
+_FIELD_CHARS = 2000
+"""How much of one stored field a table cell or panel row shows (a huge string is cut)."""
+
+
+def field_text(
+    value: Any, *, expect: type | tuple[type, ...] = str, limit: int = _FIELD_CHARS
+) -> str:
+    """One stored field as text for a person; a field of an unexpected shape never raises.
+
+    A receipt's reference, a verdict's evidence or an approval's message
+    stored with a bad shape (an integer, a list: written by hand or by an
+    older version) is shown as ``unreadable (int: 123)`` in one line; a huge
+    string is cut to ``limit`` characters.
+
+    Args:
+        value: the stored value.
+        expect: the type(s) the field should have.
+        limit: characters shown at most.
+
+    Returns:
+        The text; ``""`` for ``None``.
+    """
+    if value is None:
+        return ""
+    if not isinstance(value, expect):
+        shown = _short(value, 80) if _jsonable_ok(value) else _short(repr(value), 80)
+        return f"unreadable ({type(value).__name__}: {shown})"
+    text = value if isinstance(value, str) else dumps(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _detail_text(detail: Mapping[str, Any]) -> str:
+    """An event's detail in one line; one the codec could not read says so."""
+    if not detail:
+        return ""
+    if set(detail) == {"unreadable"}:
+        return f"unreadable ({field_text(detail['unreadable'], limit=200)})"
+    return field_text(dict(detail), expect=dict)
+
+
+def _jsonable_ok(value: Any) -> bool:
+    try:
+        json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _plain(text: str) -> Text:
     """A ``Text`` of untrusted text, escaped first (rich would drop CR and BEL silently)."""
     return Text(terminal_safe(text))
@@ -242,7 +290,13 @@ def operation_json(op: Operation) -> dict[str, Any]:
         "tool": op.tool,
         "state": op.state.value,
         "attempt": op.attempt,
-        "reference": receipt.reference if receipt is not None else None,
+        "reference": (
+            None
+            if receipt is None or receipt.reference is None
+            else receipt.reference
+            if isinstance(receipt.reference, str)
+            else field_text(receipt.reference)
+        ),
         "thread_id": op.thread_id,
         "tool_call_id": op.tool_call_id,
         "intent_hash": op.intent_hash,
@@ -368,7 +422,7 @@ def operations_table(ops: Iterable[Operation], *, title: str = "ledger") -> Tabl
     for name in ("operation", "tool", "state", "attempt", "reference / error", "updated"):
         table.add_column(name, overflow="fold")
     for op in ops:
-        detail = op.receipt.reference if op.receipt is not None else op.error
+        detail = field_text(op.receipt.reference if op.receipt is not None else op.error)
         table.add_row(
             _plain(op.operation_id),
             op.tool,
@@ -397,7 +451,7 @@ def events_table(events: Iterable[Event]) -> Table:
             _plain(event.operation_id),
             change,
             str(event.attempt),
-            _plain(dumps(event.detail) if event.detail else ""),
+            _plain(_detail_text(event.detail)),
         )
     return table
 
@@ -454,10 +508,11 @@ def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
         ("args", dumps(op.args)),
     ]
     if op.receipt is not None:
-        rows.append(("reference", op.receipt.reference or "-"))
-        rows.append(("receipt", f"{dumps(op.receipt.result)} (from {op.receipt.source})"))
+        rows.append(("reference", field_text(op.receipt.reference) or "-"))
+        result = field_text(op.receipt.result, expect=object)
+        rows.append(("receipt", f"{result} (from {op.receipt.source})"))
     if op.error:
-        rows.append(("error", op.error))
+        rows.append(("error", field_text(op.error)))
     if op.next_attempt_at is not None:
         rows.append(("next attempt at", op.next_attempt_at.isoformat()))
     for key, value in rows:

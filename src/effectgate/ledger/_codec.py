@@ -157,6 +157,22 @@ def _json_object(text: Any) -> dict[str, Any]:
     return value
 
 
+def _readable_object(text: Any) -> dict[str, Any]:
+    """A JSON object column that is audit text only (an event's detail, an edit's args).
+
+    A value of another shape (a list, a string, invalid JSON: written by hand
+    or by an older version) is kept readable as ``{"unreadable": why}``
+    instead of making every read of the ledger fail: nothing decides on it,
+    and ``effectgate ledger show`` must still show the rest.
+    """
+    try:
+        return _json_object(text)
+    except (ValueError, TypeError) as exc:
+        shown = text if isinstance(text, str) else repr(text)
+        clip = shown if len(shown) <= 80 else shown[:79] + "…"
+        return {"unreadable": f"{exc}: {clip}"}
+
+
 def _count(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"expected an integer >= 0, got {value!r}")
@@ -376,9 +392,7 @@ def approval_from_row(row: Row) -> Approval:
         decision=_column(oid, "decision", _decision, row["decision"]),
         intent_hash=row["intent_hash"],
         reviewer=row["reviewer"],
-        edited_args=_column(
-            oid, "edited_args_json", _optional(_json_object), row["edited_args_json"]
-        ),
+        edited_args=_optional(_readable_object)(row["edited_args_json"]),
         message=row["message"],
         decided_at=_column(oid, "decided_at_ms", from_ms, row["decided_at_ms"]),
         expires_at=_column(oid, "expires_at_ms", _optional(from_ms), row["expires_at_ms"]),
@@ -410,7 +424,7 @@ def event_from_row(row: Row) -> Event:
         dst=state(row["dst"]),
         attempt=_column(oid, "attempt", _count, row["attempt"]),
         at=_column(oid, "at_ms", from_ms, row["at_ms"]),
-        detail=_column(oid, "detail_json", _json_object, row["detail_json"]),
+        detail=_readable_object(row["detail_json"]),
     )
 
 
