@@ -32,7 +32,7 @@ Usage: ``python benchmarks/bench_postgres.py [--workers 1 2 4 8]`` (writes resul
 ``--count`` instead runs each PostgreSQL system in this process, one worker,
 and counts per side effect the statements psycopg sends, the round trips
 (a pipeline's statements share one), the ``COMMIT``s, and where the time
-goes (``cProfile`` of the steps: time waiting on the server vs in Python);
+goes (``cProfile`` of the steps, main thread, and the client's CPU time);
 it writes ``results/postgres_roundtrips.json``.
 """
 
@@ -394,17 +394,6 @@ def count(admin_dsn: str, steps: int) -> dict[str, Any]:
             finally:
                 sys_.close()
             stats = pstats.Stats(prof)
-            waiting = sum(
-                row[3]
-                for (file, _line, fn), row in stats.stats.items()  # type: ignore[attr-defined]
-                if fn
-                in (
-                    "wait",
-                    "<built-in method select.select>",
-                    "<built-in method _socket.socket.recv>",
-                )
-                or ("psycopg" in file and fn in ("wait_c", "wait_epoll", "wait_select"))
-            )
             top = sorted(
                 stats.stats.items(),  # type: ignore[attr-defined]
                 key=lambda kv: kv[1][3],
@@ -423,7 +412,6 @@ def count(admin_dsn: str, steps: int) -> dict[str, Any]:
                     k: round(v / steps, 2)
                     for k, v in sorted(counter.texts.items(), key=lambda kv: -kv[1])
                 },
-                "profile_waiting_on_server_ms_per_effect": round(1000 * waiting / steps, 2),
                 "profile_top_cumulative_ms_per_effect": {
                     f"{Path(file).name}:{line}:{fn}": round(1000 * row[3] / steps, 2)
                     for (file, line, fn), row in top

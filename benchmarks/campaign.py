@@ -101,15 +101,49 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="effectgate-campaign-"))
     total, lock, done = len(specs), threading.Lock(), [0]
 
+    started = time.monotonic()
+    finished: list[TrialResult] = []
+
+    def write(results: list[TrialResult], *, complete: bool) -> Path:
+        """Write the JSON and Markdown of ``results`` (rewritten after every trial)."""
+        meta: dict[str, Any] = {
+            "command": shlex.join(["python", "benchmarks/campaign.py", *(argv or sys.argv[1:])]),
+            "trials_per_system": args.trials,
+            "trials_completed": len(results),
+            "complete": complete,
+            "systems": [s.value for s in systems],
+            "mix": list(mix),
+            "seed": args.seed,
+            "jobs": args.jobs,
+            "fork_server": not args.no_fork_server,
+            "kill_span_s": args.kill_span,
+            "service_delay_s": args.service_delay,
+            "max_kills": args.max_kills,
+            "elapsed_s": round(time.monotonic() - started, 1),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "cpus": os.cpu_count(),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "versions": versions(),
+        }
+        summary = summarize(results)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"meta": meta, "summary": summary, "trials": [r.as_dict() for r in results]}
+        args.out.write_text(json.dumps(payload, indent=1) + "\n")
+        md = args.md or args.out.with_suffix(".md")
+        md.write_text(render_markdown(summary, meta))
+        return md
+
     def progress(r: TrialResult) -> None:
         with lock:
             done[0] += 1
+            finished.append(r)
             flags = [
                 f"dup_t={r.duplicate_tickets}" if r.duplicate_tickets else "",
                 f"dup_m={r.duplicate_mails}" if r.duplicate_mails else "",
                 f"lost={r.lost_actions}" if r.lost_actions else "",
                 f"unknown={r.left_unknown}" if r.left_unknown else "",
                 "INVALID-HISTORY" if r.history_problems else "",
+                "" if r.finished or r.held else "UNFINISHED",
             ]
             print(
                 f"[{done[0]}/{total}] {r.system:<13} {r.scenario:<16} {r.seam or '':<38} "
@@ -117,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+            # An interrupted campaign keeps what it measured ("complete": false).
+            write(finished, complete=False)
 
-    started = time.monotonic()
     results = run_campaign(
         specs,
         workdir,
@@ -127,31 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         keep=args.keep,
         on_result=progress,
     )
-    elapsed = round(time.monotonic() - started, 1)
     if args.workdir is None and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
-    summary = summarize(results)
-    meta: dict[str, Any] = {
-        "command": shlex.join(["python", "benchmarks/campaign.py", *(argv or sys.argv[1:])]),
-        "trials_per_system": args.trials,
-        "systems": [s.value for s in systems],
-        "mix": list(mix),
-        "seed": args.seed,
-        "jobs": args.jobs,
-        "fork_server": not args.no_fork_server,
-        "kill_span_s": args.kill_span,
-        "service_delay_s": args.service_delay,
-        "max_kills": args.max_kills,
-        "elapsed_s": elapsed,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(),
-        "versions": versions(),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"meta": meta, "summary": summary, "trials": [r.as_dict() for r in results]}
-    args.out.write_text(json.dumps(payload, indent=1) + "\n")
-    md = args.md or args.out.with_suffix(".md")
-    md.write_text(render_markdown(summary, meta))
+    md = write(results, complete=True)
+    elapsed = round(time.monotonic() - started, 1)
     print(md.read_text())
     print(f"wrote {args.out} and {md} in {elapsed} s", file=sys.stderr)
     return 0

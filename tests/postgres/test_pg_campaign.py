@@ -1,12 +1,15 @@
 """The bounded kill campaign of 4 ``effectgate worker`` processes on PostgreSQL.
 
-Two trials (one SIGKILLing processes at random moments, one killing every
-process of the first generation at a failpoint), each on a fresh schema;
+Three trials (one SIGKILLing processes at random moments, two killing the
+first reviewer and one worker at a failpoint: after a review answer was
+recorded, and after the mail sink took a mail), each on a fresh schema;
 the assertions read the ticket service's and mail sink's own files, the
 workspace, and the ledger and checkpoints in PostgreSQL.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -19,13 +22,14 @@ pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def trials(postgres_database: str, tmp_path_factory: pytest.TempPathFactory) -> list[TrialResult]:
-    """Trial 0 kill-random (SIGKILLs at random), trial 4 kill-seam (first seam: a review)."""
+    """kill-random; kill-seam after a review answer is recorded; after a mail was sent."""
     mp = pytest.MonkeyPatch()
     mp.setenv(ENV_DSN, postgres_database)  # schemas go into the session's scratch database
     try:
         specs = plan_trials([System.PG_WORKERS], 5, seed=11, max_kills=3)
-        picked = [specs[0], specs[4]]
-        assert [s.scenario for s in picked] == ["kill-random", "kill-seam"]
+        mail = dataclasses.replace(specs[4], seam="AFTER_EXTERNAL_COMMIT@send_email")
+        picked = [specs[0], specs[4], mail]
+        assert [s.scenario for s in picked] == ["kill-random", "kill-seam", "kill-seam"]
         return run_campaign(picked, tmp_path_factory.mktemp("pgcampaign"), jobs=1)
     finally:
         mp.undo()

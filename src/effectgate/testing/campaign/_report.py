@@ -93,7 +93,8 @@ def render_markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
 
     Args:
         summary: ``summarize``'s result.
-        meta: ``command``, ``trials_per_system``, ``elapsed_s`` and versions.
+        meta: ``command``, ``trials_per_system``, ``elapsed_s`` and versions;
+            ``complete`` False with ``trials_completed`` for an interrupted run.
 
     Returns:
         Markdown text ending with a newline.
@@ -102,8 +103,13 @@ def render_markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         "# Kill campaign results",
         "",
         f"Command: `{meta.get('command', '?')}`  ",
-        f"Trials per system: {meta.get('trials_per_system', '?')}; "
-        f"wall time {meta.get('elapsed_s', '?')} s; "
+        f"Trials per system: {meta.get('trials_per_system', '?')}"
+        + (
+            f" planned, {meta['trials_completed']} completed (stopped early)"
+            if meta.get("complete") is False
+            else ""
+        )
+        + f"; wall time {meta.get('elapsed_s', '?')} s; "
         f"versions: {meta.get('versions', {})}",
         "",
         *_table(summary["systems"], "system"),
