@@ -25,13 +25,16 @@ pytestmark = [pytest.mark.crash, pytest.mark.slow]
 TASK = "Check the order service's error rate and handle any incident."
 
 
-def _worker(sd: StateDir, *extra: str, failpoint: str | None = None) -> subprocess.Popen[str]:
+def _worker(
+    sd: StateDir, *extra: str, failpoint: str | None = None, approve: bool = True
+) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
     if failpoint:
         env["EFFECTGATE_FAILPOINT"] = failpoint
     cmd = [sys.executable, "-m", "effectgate.cli", "worker", "--state-dir", str(sd.root)]
+    cmd += ["--approve", "all"] if approve else []
     return subprocess.Popen(
-        [*cmd, "--json", "--approve", "all", "--until-idle", "--lease-ttl", "3", *extra],
+        [*cmd, "--json", "--until-idle", "--lease-ttl", "3", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -107,3 +110,35 @@ def test_workers_sigkilled_at_random_moments_lose_and_repeat_nothing(
         # the incident's ticket is one operation shared by the threads; mail and note per thread
         tools = sorted(op.tool for op in ops)
         assert tools == ["create_ticket"] + ["send_email"] * 4 + ["write_file"] * 4
+
+
+def test_a_review_answered_by_a_runner_that_died_is_resumed_by_a_worker(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """The answer was recorded, the runner died before the next checkpoint: a worker goes on.
+
+    The checkpoint still shows the review interrupt, but nothing is left to
+    answer; a worker without ``--approve`` must take the thread as unfinished
+    (else it waits forever for a reviewer with nothing to answer).
+    """
+    from effectgate._workers import Readiness, readiness
+    from effectgate.demo.services import ServiceEndpoints
+    from tests.conftest import run_worker
+
+    sd = StateDir.open(tmp_path / "state", store=postgres_url)
+    with DemoServices(sd.services) as services:
+        services.set_error_rate("orders", 0.12)
+        died = run_worker(sd, "t0", failpoint=f"{Failpoint.AFTER_REVIEW_RECORDED}#1")
+        assert died.returncode == EXIT_CODE, died.stderr[-2000:]
+        found = json.loads((sd.services / "endpoints.json").read_text())
+        endpoints = ServiceEndpoints(**found)  # the agent has the ticket and mail tools
+        with open_agent(sd, endpoints=endpoints) as agent:
+            assert readiness(agent, "t0") is Readiness.UNFINISHED
+        worker = _worker(sd, approve=False)
+        _, err = worker.communicate(timeout=300)
+        assert worker.returncode == 0, err[-2000:]
+        # the recorded approval was applied: the ticket service has the ticket,
+        # and the thread waits at the next review (nobody approved that one)
+        assert services.stats("tickets")["tickets"] == 1
+        with open_agent(sd, endpoints=endpoints) as agent:
+            assert readiness(agent, "t0") is Readiness.REVIEW
