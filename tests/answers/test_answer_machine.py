@@ -13,8 +13,8 @@ recorded; the message history valid at every checkpoint; every call answered
 at most once. At teardown, "nothing wedged": answering every pending review
 and verdict validly finishes the thread.
 
-``EG_ANSWER_MACHINE_EXAMPLES`` (default 3) and ``EG_ANSWER_MACHINE_STEPS``
-(default 8) scale it up, e.g. ``make answer-machine``.
+``EG_ANSWER_MACHINE_EXAMPLES`` (default 5) and ``EG_ANSWER_MACHINE_STEPS``
+(default 10) scale it up, e.g. ``make answer-machine``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
+from hypothesis import Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
@@ -190,6 +190,7 @@ class AnswerMachine(RuleBasedStateMachine):
         given = {**VERDICTS[kind], "reviewer": REVIEWER, "attempt": item.value["attempt"]}
         self.result = self.agent.resume("t", answers={item.id: given})
         self.verdicts.append((op_id, given))
+        event(f"verdict {kind}")
 
     @precondition(lambda self: bool(self.verdicts))
     @rule(data=st.data())
@@ -212,12 +213,13 @@ class AnswerMachine(RuleBasedStateMachine):
 
     # -------------------------------------------------------------------- kills
 
-    @precondition(lambda self: self.result.status is not RunStatus.DONE)
+    @precondition(lambda self: self.result.status is RunStatus.WAITING_REVIEW)
     @rule(seam=st.sampled_from(SEAMS))
     def kill_at_a_seam_and_resume(self, seam: str) -> None:
         killed = eg("resume", "--thread", "t", "--approve", "all", "--reviewer", REVIEWER,
                     "--crash-at", seam, *self._sd(), cwd=ROOT)  # fmt: skip
         assert killed.code in (0, 3, 4, 137), (killed.code, killed.stderr[-800:])
+        event(f"runner at {seam}: exit {killed.code}")
         self.result = self.agent.resume("t")  # a new runner continues the thread
 
     @rule()
@@ -276,8 +278,8 @@ class AnswerMachine(RuleBasedStateMachine):
 
 
 AnswerMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("EG_ANSWER_MACHINE_EXAMPLES", "3")),
-    stateful_step_count=int(os.environ.get("EG_ANSWER_MACHINE_STEPS", "8")),
+    max_examples=int(os.environ.get("EG_ANSWER_MACHINE_EXAMPLES", "5")),
+    stateful_step_count=int(os.environ.get("EG_ANSWER_MACHINE_STEPS", "10")),
     deadline=None,
     derandomize=True,
     # Each step runs real processes: report the failing run as found, unshrunk.
