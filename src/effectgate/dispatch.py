@@ -129,11 +129,12 @@ class Dispatcher:
         on_wait: called before each backoff wait (progress display).
         default_budget: budget for operations the review did not create.
         questions: exception types a tool body raises to ask a person
-            something before it acts (the graph passes LangGraph's
-            ``GraphInterrupt``, raised by ``interrupt()``). Such an exception
-            is control flow, not a failure: the attempt's claim is released
-            (``Ledger.release_claim``, no attempt used) and the exception
-            propagates to the caller, which re-runs the call with the answer.
+            something (the graph passes LangGraph's ``GraphInterrupt``,
+            raised by ``interrupt()``). A side-effecting tool that asks is
+            refused: the attempt ends ``FAILED`` ("stopped before acting"),
+            or ``UNKNOWN`` when an earlier attempt may have applied, and no
+            retry is spent on it. The answer to a question inside an effect
+            step could be consumed by another interrupt of the same step.
 
     Note:
         Exactly-once *effects* come from the ledger plus the tool's contract;
@@ -438,12 +439,18 @@ class Dispatcher:
             result = spec.call(args, ctx)
         except self.questions:
             # The body asked a person (LangGraph's ``interrupt()``) and stopped
-            # there, before acting: give the attempt back and let the question
-            # reach the caller. The re-run with the answer claims it again.
-            self.ledger.release_claim(
-                op.operation_id, attempt=op.attempt, reason=f"{spec.name} asked a question"
+            # there, before acting (code before ``interrupt()`` runs again on
+            # resume, so it must not act). Refused: inside an effect step the
+            # answer could be matched to another interrupt of the same step (a
+            # reconciliation after a crash, a re-review), since LangGraph matches
+            # a task's resume values by position. The call ends here, not run.
+            why = (
+                f"{spec.name} asked the user with interrupt() inside its body, which "
+                "effectgate refuses in a side-effecting tool; it stopped before acting. "
+                "Ask before proposing the call (a read tool that asks, or the model's reply)"
             )
-            raise
+            state = OpState.UNKNOWN if self._maybe_applied(op) else OpState.FAILED
+            return self._record(op, state, error=why)
         except Rejected as exc:
             # This attempt did not apply; an earlier one may have (then: UNKNOWN).
             if self._maybe_applied(op):

@@ -1,9 +1,13 @@
 """A tool whose body asks the user with LangGraph's ``interrupt()``.
 
-The question is control flow, not a failure: it passes through dispatch
-without using an attempt, reaches the caller as its own pending interrupt
-(kind ``question``), the answer is delivered to the body on the re-run, and
-the effect happens once (asserted on the external systems' own state).
+A read tool may ask: the question reaches the caller as its own pending
+interrupt (kind ``question``) and the answer is delivered by interrupt id. A
+side-effecting tool that asks is refused: LangGraph matches a task's resume
+values by position, so inside an effect step a question's answer could be
+consumed by another interrupt of that step (a reconciliation after a crash,
+a re-review after an expired approval). The call ends FAILED, "stopped before
+acting", without acting; the other calls of the message run once (asserted
+on the external systems' own state).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from pydantic import BaseModel
 
 from effectgate._app import StateDir, default_tools, open_agent
 from effectgate.demo.services import DemoServices
-from effectgate.graph import Policy, RunStatus
-from effectgate.ledger import Budget, OpState
+from effectgate.graph import RunStatus
+from effectgate.ledger import OpState
 from effectgate.models import ScriptedChatModel
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
 from tests.cli.conftest import eg
@@ -86,33 +90,29 @@ def _approve_all(agent: Any, thread: str) -> Any:
     return agent.resume(thread, answers={review.id: {"decisions": [{"type": "approve"}] * n}})
 
 
-def test_an_effect_tool_that_asks_gets_its_answer_and_acts_once(
+def test_an_effect_tool_that_asks_is_refused_before_it_acts(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """Mail and asking note in one message: one mail, one line, no attempt used by the question."""
+    """Mail and asking note in one message: one mail, no line, the note FAILED and said so."""
     out = state_dir.root / "notes.txt"
     runs: list[str] = []
     tools = [*default_tools(state_dir.workspace, services.endpoints), _asking_writer(out, runs)]
-    policy = Policy(budget=Budget(max_attempts=1))
     model = ScriptedChatModel.from_script(SCRIPT)
-    with open_agent(state_dir, model=model, tools=tools, policy=policy) as agent:
+    with open_agent(state_dir, model=model, tools=tools) as agent:
         agent.start("go", thread_id="t")
-        asked = _approve_all(agent, "t")
-        assert asked.status is RunStatus.WAITING_REVIEW, asked
-        (question,) = asked.interrupts
-        assert question.kind == "question"
-        assert question.value["question"] == {"question": "Which priority for db?"}
-        (op,) = [o for o in agent.ledger.list(thread_id="t") if o.tool == "file_note"]
-        assert op.state is OpState.APPROVED and op.attempt == 0  # the question used no attempt
-        assert not out.exists()
-        assert agent.status("t").interrupts == asked.interrupts
-        done = agent.resume("t", answers={question.id: "high"})
+        done = _approve_all(agent, "t")
         assert done.status is RunStatus.DONE, done
+        assert not done.interrupts  # no question reached anyone: nothing to answer
         (op,) = [o for o in agent.ledger.list(thread_id="t") if o.tool == "file_note"]
-        assert op.state is OpState.SUCCEEDED and op.attempt == 1
-    assert out.read_text(encoding="utf-8") == "db:high\n"
+        assert op.state is OpState.FAILED, op
+        assert "interrupt()" in str(op.error) and "before acting" in str(op.error)
+        told = [m for m in agent.messages("t") if getattr(m, "name", None) == "file_note"]
+        assert len(told) == 1 and "interrupt()" in str(told[0].content)
+        again = agent.resume("t")  # nothing left: the refusal is final, not re-asked
+        assert again.status is RunStatus.DONE
+    assert not out.exists()
     assert len(services.mails()) == 1
-    assert runs == ["db", "db"]  # asked once, then ran with the answer
+    assert runs == ["db"]  # the body ran up to its question once, and never acted
 
 
 def test_a_read_tool_that_asks_is_answered_by_interrupt_id(state_dir: StateDir) -> None:
@@ -134,28 +134,15 @@ def test_a_read_tool_that_asks_is_answered_by_interrupt_id(state_dir: StateDir) 
         assert json.loads(str(answered[0].content))["result"]["answer"] == "it is fine"
 
 
-def test_the_cli_shows_a_tools_question_and_answers_it_from_a_file(
-    state_dir: StateDir, tmp_path: Path
-) -> None:
-    """``pending`` shows the question; ``--approve all`` never answers it; a file does."""
+def test_the_cli_refuses_an_effect_tool_that_asks(state_dir: StateDir) -> None:
+    """Through ``--agent``: the asking tool ends FAILED with the reason; nothing waits, no file."""
     sd = ["--state-dir", str(state_dir.root)]
     agent = "tests.answers._asking_agent:build"
-    started = eg("run", "note it", "--thread", "t", "--agent", agent, "--approve", "all", *sd,
-                 cwd=ROOT)  # fmt: skip
-    assert started.code == 4, (started.stdout, started.stderr)
-    shown = json.loads(eg("pending", *sd, "--json", cwd=ROOT).stdout)
-    (entry,) = shown["threads"]
-    (item,) = entry["interrupts"]
-    assert item["kind"] == "question"
-    assert item["value"]["question"] == {"question": "Which priority for db?"}
-    assert "a tool asks" in eg("pending", *sd, cwd=ROOT).stdout
-    blanket = eg("resume", "--thread", "t", "--approve", "all", *sd, cwd=ROOT)
-    assert blanket.code == 4 and not (state_dir.workspace / "notes.txt").exists()
-    answers = tmp_path / "answers.json"
-    answers.write_text(json.dumps({"answers": {item["id"]: "low"}}), encoding="utf-8")
-    done = eg("resume", "--thread", "t", "--decisions", str(answers), *sd, "--json", cwd=ROOT)
-    assert done.code == 0, (done.stdout, done.stderr)
-    assert (state_dir.workspace / "notes.txt").read_text(encoding="utf-8") == "db:low\n"
-    again = eg("resume", "--thread", "t", "--approve", "all", *sd, cwd=ROOT)
-    assert again.code == 0
-    assert (state_dir.workspace / "notes.txt").read_text(encoding="utf-8") == "db:low\n"
+    ran = eg("run", "note it", "--thread", "t", "--agent", agent, "--approve", "all", *sd,
+             cwd=ROOT)  # fmt: skip
+    assert ran.code == 0, (ran.stdout, ran.stderr)
+    assert "nothing is waiting" in eg("pending", *sd, cwd=ROOT).stdout
+    listed = json.loads(eg("ledger", "list", *sd, "--json", cwd=ROOT).stdout)
+    (op,) = [o for o in listed["operations"] if o["tool"] == "file_note"]
+    assert op["state"] == "FAILED" and "interrupt()" in str(op["error"])
+    assert not (state_dir.workspace / "notes.txt").exists()

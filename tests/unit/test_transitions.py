@@ -13,7 +13,7 @@ from effectgate.ledger import TERMINAL, TRANSITIONS, UNFINISHED, OpState, check_
 S = OpState
 
 # Written out independently of _model.TRANSITIONS (docs/architecture.md,
-# "Operation states"; five pairs are explained in the TRANSITIONS docstring),
+# "Operation states"; four pairs are explained in the TRANSITIONS docstring),
 # so that an edit to the table fails here.
 ALLOWED = {
     (S.PROPOSED, S.APPROVED),
@@ -26,7 +26,6 @@ ALLOWED = {
     (S.IN_FLIGHT, S.FAILED),
     (S.IN_FLIGHT, S.RETRY_WAIT),
     (S.IN_FLIGHT, S.UNKNOWN),
-    (S.IN_FLIGHT, S.APPROVED),
     (S.RETRY_WAIT, S.IN_FLIGHT),
     (S.RETRY_WAIT, S.FAILED),
     (S.RETRY_WAIT, S.NEEDS_RECONCILIATION),

@@ -345,45 +345,6 @@ class AttemptsMixin(ThreadsMixin):
             operation_id, src=_S.APPROVED, dst=_S.PROPOSED, detail={"reason": reason}
         )
 
-    def release_claim(self, operation_id: str, *, attempt: int, reason: str) -> Operation:
-        """Give back attempt ``attempt``: the tool stopped before acting (a question).
-
-        A tool body that calls LangGraph's ``interrupt()`` to ask a person
-        something stops there with a controlled exception, before its side
-        effect (code before ``interrupt()`` re-runs on resume, so LangGraph
-        requires it to be safe to repeat). That attempt did not start the
-        effect: the operation goes back to the state it was claimed from
-        (APPROVED, or RETRY_WAIT for a later attempt) with ``attempt - 1``
-        attempts used, so asking costs no attempt of the budget. Fenced like
-        ``record_result``: only the live claim of ``attempt`` is released.
-
-        Args:
-            operation_id: the operation.
-            attempt: the attempt claimed (its fencing token).
-            reason: why, kept in the event (``released``).
-
-        Returns:
-            The operation, APPROVED or RETRY_WAIT, ``attempt - 1`` attempts used.
-
-        Raises:
-            ClaimLostError: the operation is not IN_FLIGHT with this attempt.
-            KeyError: there is no such operation.
-        """
-        now = self._now()
-        with self._store.transaction() as tx:
-            cur = self._require(tx, operation_id)
-            back = _S.APPROVED if attempt == 1 else _S.RETRY_WAIT
-            expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=attempt)
-            change = Change(
-                state=back,
-                updated_at=now,
-                attempt=attempt - 1,
-                next_attempt_at=now if back is _S.RETRY_WAIT else None,
-                error=cur.error if back is _S.RETRY_WAIT else None,
-            )
-            facts = {"released": reason, "released_attempt": attempt}
-            return self._cas(tx, operation_id, expect, change, facts, attempt=attempt)
-
     def recover_in_flight(
         self, *, thread_id: str | None = None, worker: str | None = None
     ) -> builtins.list[Operation]:

@@ -60,8 +60,7 @@ TRANSITIONS: Mapping[OpState, frozenset[OpState]] = {
     _S.PROPOSED: frozenset({_S.APPROVED, _S.REJECTED}),
     _S.APPROVED: frozenset({_S.IN_FLIGHT, _S.PROPOSED, _S.REJECTED, _S.FAILED}),
     # IN_FLIGHT is committed before the side effect starts; one of four outcomes follows
-    # ... or the claim is released: the tool stopped at a question before acting
-    _S.IN_FLIGHT: frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT, _S.UNKNOWN, _S.APPROVED}),
+    _S.IN_FLIGHT: frozenset({_S.SUCCEEDED, _S.FAILED, _S.RETRY_WAIT, _S.UNKNOWN}),
     # RETRY_WAIT is "known not applied": a new attempt, or FAILED when the budget is spent
     _S.RETRY_WAIT: frozenset({_S.IN_FLIGHT, _S.FAILED, _S.NEEDS_RECONCILIATION}),
     # UNKNOWN settles by reconciliation, same-key replay, or a human
@@ -73,15 +72,13 @@ TRANSITIONS: Mapping[OpState, frozenset[OpState]] = {
 }
 """Allowed ``src -> dst`` pairs; docs/architecture.md explains each.
 
-Five pairs are forced by other rules of the protocol:
+Four pairs are forced by other rules of the protocol:
 ``APPROVED -> PROPOSED`` (an expired approval goes back to review),
 ``APPROVED -> FAILED`` (deadline passed before any attempt: known not applied),
 ``UNKNOWN -> FAILED`` (a reconciler answered "not found" and that is final, but
 no budget is left: known not applied), ``RETRY_WAIT -> NEEDS_RECONCILIATION``
 (a retry of a write that may already have applied could not start before the
-deadline: FAILED would claim "known not applied"), ``IN_FLIGHT -> APPROVED``
-(``release_claim``: the tool stopped at LangGraph's ``interrupt()`` to ask a
-person before acting; the attempt is given back).
+deadline: FAILED would claim "known not applied").
 """
 
 
