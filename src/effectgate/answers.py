@@ -22,6 +22,7 @@ these rules bind effectgate's own API and CLI. Imports no LangGraph.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -42,9 +43,11 @@ from effectgate.ledger import Ledger, OpState
 
 __all__ = [
     "AnswerOutcome",
+    "OneAnswerEach",
     "PendingLike",
     "Resolution",
     "VerdictModel",
+    "answer_summary",
     "as_payload",
     "bind_decisions",
     "check_review_answer",
@@ -244,7 +247,7 @@ def _order_problem(
     )
     return (
         f"the decisions for {what} name its calls in another order: it shows {order}; give one "
-        "decision per call in that order; nothing ran"
+        "decision per call in that order; this answer ran nothing"
     )
 
 
@@ -302,7 +305,7 @@ def check_review_answer(
             if given is not None and given != action.get(key):
                 raise DecisionError(
                     f"a decision names {key} {given!r} where the review shows "
-                    f"{action.get(key)!r} ({action['name']}); nothing ran"
+                    f"{action.get(key)!r} ({action['name']}); this answer ran nothing"
                 )
         if kind == "edit":
             edited = decision.get("edited_action")
@@ -323,6 +326,93 @@ def _named_ids(answer: Mapping[str, Any]) -> list[tuple[str, str]] | None:
             return None
         out.append((str(d["operation_id"]), str(d["intent_hash"])))
     return out
+
+
+_NOT_PART_OF_THE_ANSWER = frozenset({"reviewer", "interrupt_id"})
+
+
+_BINDING = ("tool_call_id", "operation_id", "intent_hash")
+
+
+def _answer_key(value: Any) -> str:
+    """Canonical text of an answer for comparison; who gave it and what binds it aside."""
+    if isinstance(value, Mapping):
+        value = {k: v for k, v in value.items() if k not in _NOT_PART_OF_THE_ANSWER}
+        if isinstance(value.get("decisions"), list):
+            value["decisions"] = [
+                {k: v for k, v in d.items() if k not in _BINDING} if isinstance(d, Mapping) else d
+                for d in value["decisions"]
+            ]
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+def answer_summary(value: Any) -> str:
+    """A short, one-line account of an answer (review answer, decision, verdict or other value).
+
+    ``{"decisions": [{"type": "reject", "message": "no"}]}`` becomes
+    ``reject ('no')``; a verdict becomes ``verdict succeeded (reference X)``;
+    anything else is shown cut to one line (it may be untrusted text).
+    """
+    if isinstance(value, Mapping) and isinstance(value.get("decisions"), list):
+        return ", ".join(answer_summary(d) for d in value["decisions"]) or "no decisions"
+    if isinstance(value, Mapping) and isinstance(value.get("type"), str):
+        message = value.get("message")
+        text = question_text(message, 60) if isinstance(message, str) else None
+        return str(value["type"]) + (f" ({text!r})" if text else "")
+    if isinstance(value, Mapping) and isinstance(value.get("verdict"), str):
+        reference = value.get("reference")
+        return f"verdict {value['verdict']}" + (
+            f" (reference {question_text(reference, 60)})" if isinstance(reference, str) else ""
+        )
+    return question_text(value, 60)
+
+
+class OneAnswerEach:
+    """One input, one answer per thing: a repeat is one answer, a contradiction is refused.
+
+    A decisions file, or the ``answers``, ``decisions`` and ``verdicts`` given
+    to one ``Agent.resume`` call, may name one review, call, operation or
+    question more than once. Which of two different answers was meant cannot
+    be known, so the whole input is refused; applying the last one (a dict
+    update) would run a call a reject in the same input was meant to stop.
+
+    Args:
+        where: names the input in refusals (``decisions file F``).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._seen: dict[str, tuple[str, str, Any]] = {}
+
+    def add(self, thing: str, value: Any, source: str) -> bool:
+        """Note that ``source`` answers ``thing`` with ``value``.
+
+        Args:
+            thing: what is answered, as named in refusals (``review ID``,
+                ``call OP``, ``operation OP``, ``question ID``).
+            value: the answer (compared without ``reviewer`` or ``interrupt_id``).
+            source: where in the input it was given (``entry 0``, ``answers``).
+
+        Returns:
+            ``True`` the first time ``thing`` is answered, ``False`` for the
+            same answer again (a repeat, to be used once).
+
+        Raises:
+            DecisionError: ``thing`` already has a different answer; the
+                message names both, in one line. Nothing ran.
+        """
+        key = _answer_key(value)
+        seen = self._seen.get(thing)
+        if seen is None:
+            self._seen[thing] = (key, source, value)
+            return True
+        if seen[0] == key:
+            return False
+        raise DecisionError(
+            f"{self.where}: two different answers for {thing}: {seen[1]} gives "
+            f"{answer_summary(seen[2])}, {source} gives {answer_summary(value)}; which one "
+            "was meant is unknown, so neither is used"
+        )
 
 
 @dataclass(slots=True)
@@ -389,11 +479,17 @@ def resolve(
     """
     by_id = {item.id: item for item in pending}
     res = Resolution()
+    # ``answers``, ``decisions`` and ``verdicts`` may name one interrupt twice:
+    # the same answer is one answer, two different ones refuse the call.
+    one = OneAnswerEach("Agent.resume")
+    if decisions is not None and isinstance(decisions.get("interrupt_id"), str):
+        one.add(f"review {decisions['interrupt_id']}", decisions, "decisions")
     for interrupt_id, answer in (answers or {}).items():
         item = by_id.get(interrupt_id)
         if item is None:
             if isinstance(answer, Mapping) and "decisions" in answer:
-                res.stale.append((interrupt_id, answer))
+                if one.add(f"review {interrupt_id}", answer, f"answers[{interrupt_id}]"):
+                    res.stale.append((interrupt_id, answer))
                 continue
             raise DecisionError(
                 f"interrupt {interrupt_id} is not pending; {describe_pending(pending)}"
@@ -401,19 +497,28 @@ def resolve(
         if item.kind == "review":
             if not isinstance(answer, Mapping):
                 raise DecisionError('a review answer must look like {"decisions": [...]}')
+            one.add(f"review {item.id}", answer, f"answers[{interrupt_id}]")
             res.resume[item.id] = _review_value(item, answer)
         elif item.kind == "question":
             res.resume[item.id] = answer  # a tool's own question: its answer, unchanged
         else:
-            res.resume[item.id] = _verdict_value(item, answer, ledger)
+            value = _verdict_value(item, answer, ledger)
+            one.add(f"reconciliation {item.id}", value, f"answers[{interrupt_id}]")
+            res.resume[item.id] = value
     if decisions is not None:
-        _resolve_decisions(pending, decisions, res)
-    _resolve_verdicts(pending, verdicts or {}, ledger, res)
+        meant = decisions.get("interrupt_id")
+        if not (meant in res.resume or any(i == meant for i, _ in res.stale)):
+            _resolve_decisions(pending, decisions, res, one)
+    _resolve_verdicts(pending, verdicts or {}, ledger, res, one)
     return res
 
 
 def _resolve_verdicts(
-    pending: Sequence[PendingLike], verdicts: Mapping[str, Any], ledger: Ledger, res: Resolution
+    pending: Sequence[PendingLike],
+    verdicts: Mapping[str, Any],
+    ledger: Ledger,
+    res: Resolution,
+    one: OneAnswerEach,
 ) -> None:
     asked = {str(i.value.get("operation_id")): i for i in pending if i.kind == "reconciliation"}
     for op_id in sorted(set(verdicts) - set(asked)):
@@ -432,7 +537,9 @@ def _resolve_verdicts(
         if op_id not in asked:
             continue
         item = asked[op_id]
-        res.resume[item.id] = _verdict_value(item, given, ledger)
+        value = _verdict_value(item, given, ledger)
+        one.add(f"reconciliation {item.id}", value, f"verdicts[{op_id}]")
+        res.resume[item.id] = value
     # A reconciliation settled outside the graph (``effectgate reconcile``)
     # needs no answer: its node re-reads the ledger.
     for item in asked.values():
@@ -443,7 +550,10 @@ def _resolve_verdicts(
 
 
 def _resolve_decisions(
-    pending: Sequence[PendingLike], decisions: Mapping[str, Any], res: Resolution
+    pending: Sequence[PendingLike],
+    decisions: Mapping[str, Any],
+    res: Resolution,
+    one: OneAnswerEach,
 ) -> None:
     reviews = [i for i in pending if i.kind == "review"]
     meant = decisions.get("interrupt_id")
@@ -459,11 +569,12 @@ def _resolve_decisions(
         raise DecisionError(
             "this review answer names no review: give the interrupt id it answers "
             '("interrupt_id") or, in each decision, the "operation_id" and "intent_hash" '
-            f"shown; nothing ran. {describe_pending(pending)}"
+            f"shown; this answer ran nothing. {describe_pending(pending)}"
         )
     for item in reviews:
         if _shown(item.value) == named:
-            res.resume[item.id] = _review_value(item, decisions)
+            if one.add(f"review {item.id}", decisions, "decisions"):
+                res.resume[item.id] = _review_value(item, decisions)
             return
     for item in reviews:
         problem = _order_problem(item.value, named, f"review {item.id}")
@@ -575,7 +686,7 @@ def settle_stale(
     if not actions or not isinstance(decisions, list) or len(decisions) != len(actions):
         raise DecisionError(
             f"this answer is for {what}, which is not pending (answered elsewhere, or not a "
-            f"review of this thread); nothing ran. {describe_pending(pending)}"
+            f"review of this thread); this answer ran nothing. {describe_pending(pending)}"
         )
     recorded: list[tuple[str, str]] = []
     contradictions = []
@@ -589,7 +700,7 @@ def settle_stale(
         if found is None:
             raise DecisionError(
                 f"this answer is for {what}, which is not pending and has no recorded "
-                f"decision for {op_id}; nothing ran. {describe_pending(pending)}"
+                f"decision for {op_id}; this answer ran nothing. {describe_pending(pending)}"
             )
         kind, reviewer = found
         given = decision.get("type") if isinstance(decision, Mapping) else None
@@ -612,15 +723,23 @@ def settle_stale(
                 },
             )
         listed = "; ".join(
-            f"{op} was already decided: {kind} by {who} (this answer: {given})"
+            f"{op} was already decided: {kind} by {who} (this answer: {given}){_now(ledger, op)}"
             for op, given, kind, who in contradictions
         )
+        # "Nothing ran" would be false when the recorded approval ran in the
+        # same command (its review node read it back): say what this answer did.
         raise DecisionError(
             f"this answer is for {what}, which is not pending (no longer open): {listed}; the "
-            "answer was "
-            f"refused and recorded, nothing ran. {describe_pending(pending)}"
+            "recorded decision stands; this answer was refused and recorded and ran nothing. "
+            f"{describe_pending(pending)}"
         )
     return AnswerOutcome(interrupt_id=interrupt_id, decisions=recorded)
+
+
+def _now(ledger: Ledger, operation_id: str) -> str:
+    """``; OP is now succeeded`` (the operation's state as the ledger holds it), or ``""``."""
+    op = ledger.get(operation_id)
+    return "" if op is None else f"; {operation_id} is now {op.state.value.lower()}"
 
 
 def recorded_verdict(
@@ -721,8 +840,8 @@ def settle_verdict(
         },
     )
     raise DecisionError(
-        f"verdict {given!r} refused: {why}; the verdict was refused and recorded, nothing "
-        f"changed. {describe_pending(pending)}"
+        f"verdict {given!r} refused: {why}; the verdict was refused and recorded and changed "
+        f"nothing. {describe_pending(pending)}"
     )
 
 

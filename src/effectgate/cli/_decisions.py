@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from effectgate._untrusted import parse_json, read_regular_file
-from effectgate.answers import bind_decisions
+from effectgate.answers import OneAnswerEach, bind_decisions
 from effectgate.cli._render import dumps
 from effectgate.errors import DecisionError
 
@@ -204,6 +204,7 @@ class FileDecisions:
         self, entries: list[dict[str, Any]], *, reviewer: str, say: Say = lambda text: None
     ) -> None:
         self._reviews = [entry for entry in entries if "decisions" in entry]
+        self._index = {id(entry): number for number, entry in enumerate(entries)}
         self.reviews_given = len(self._reviews)
         """How many review answers the file holds."""
         self._verdicts: dict[str, dict[str, Any]] = {}
@@ -237,22 +238,37 @@ class FileDecisions:
     ) -> dict[str, Any] | None:
         """Return the file's answer bound to this review, or ``None`` if it has none."""
         shown = [(a.get("operation_id"), a.get("intent_hash")) for a in request["action_requests"]]
-        for entry in self._reviews:
+        matching = []
+        for index, entry in enumerate(self._reviews):
             pinned = entry.get("interrupt_id")
             named = [(d.get("operation_id"), d.get("intent_hash")) for d in entry["decisions"]]
             if (pinned is not None and pinned == interrupt_id) or (
                 pinned is None and named == shown
             ):
-                self._reviews.remove(entry)
-                return self._answer(entry, request)
-        return None
+                matching.append((index, entry))
+        if not matching:
+            return None
+        # One entry may name the review by its id, another by its calls: two
+        # different answers to it refuse the file (raised before it is resumed).
+        one = OneAnswerEach("decisions file")
+        for _, entry in matching:
+            one.add(f"review {interrupt_id}", entry, f"entry {self._index[id(entry)]}")
+        for _, entry in matching:
+            self._reviews.remove(entry)
+        return self._answer(matching[0][1], request)
 
     def leftover(self) -> list[dict[str, Any]]:
         """The review answers no pending review took, each as given (with its binding)."""
-        out = [
-            {"reviewer": self.reviewer, **entry, "decisions": list(entry["decisions"])}
-            for entry in self._reviews
-        ]
+        out = []
+        one = OneAnswerEach("decisions file")
+        for entry in self._reviews:
+            thing = f"review {entry.get('interrupt_id')}" if "interrupt_id" in entry else None
+            if thing is None:
+                named = [(d.get("operation_id"), d.get("intent_hash")) for d in entry["decisions"]]
+                thing = f"the review of {', '.join(str(o) for o, _ in named)}"
+            if one.add(thing, entry, f"entry {self._index[id(entry)]}"):
+                decisions = list(entry["decisions"])
+                out.append({"reviewer": self.reviewer, **entry, "decisions": decisions})
         self._reviews = []
         return out
 
@@ -333,7 +349,33 @@ def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
         raise DecisionError(f"decisions file {path}: empty list")
     for index, entry in enumerate(entries):
         _check_entry(entry, f"decisions file {path}, entry {index}")
+    try:
+        _check_one_answer_each(entries, f"decisions file {path}")
+    except DecisionError as exc:
+        raise DecisionError(f"{exc}; the file is refused as a whole, nothing ran") from None
     return [dict(entry) for entry in entries]
+
+
+def _check_one_answer_each(entries: list[dict[str, Any]], where: str) -> None:
+    """Refuse a file that answers one review, call, operation or question two ways.
+
+    The same answer twice is allowed (it is used once). Which of two
+    different answers was meant cannot be known: the file is refused whole,
+    before anything runs (``effectgate.answers.OneAnswerEach``).
+    """
+    one = OneAnswerEach(where)
+    for index, entry in enumerate(entries):
+        source = f"entry {index}"
+        if "decisions" in entry:
+            if "interrupt_id" in entry:
+                one.add(f"review {entry['interrupt_id']}", entry, source)
+            for decision in entry["decisions"]:
+                if decision.get("operation_id"):
+                    one.add(f"call {decision['operation_id']}", {"decisions": [decision]}, source)
+        for op_id, verdict in entry.get("verdicts", {}).items():
+            one.add(f"operation {op_id}", verdict, source)
+        for interrupt_id, answer in entry.get("answers", {}).items():
+            one.add(f"question {interrupt_id}", answer, source)
 
 
 def _check_entry(entry: Any, where: str) -> None:
