@@ -204,7 +204,7 @@ class FileDecisions:
         self, entries: list[dict[str, Any]], *, reviewer: str, say: Say = lambda text: None
     ) -> None:
         self._reviews = [entry for entry in entries if "decisions" in entry]
-        self._index = {id(entry): number for number, entry in enumerate(entries)}
+        self._index: dict[int, int | str] = {id(e): n for n, e in enumerate(entries)}
         self.reviews_given = len(self._reviews)
         """How many review answers the file holds."""
         self._verdicts: dict[str, dict[str, Any]] = {}
@@ -246,6 +246,20 @@ class FileDecisions:
                 pinned is None and named == shown
             ):
                 matching.append((index, entry))
+        if interrupt_id is not None and interrupt_id in self._questions:
+            # ``{"answers": {review_id: {"decisions": [...]}}}``: the shape
+            # ``Agent.resume(answers=...)`` takes, checked as an entry is.
+            given = self._questions.pop(interrupt_id)
+            where = f'decisions file: "answers" for review {interrupt_id}'
+            if not isinstance(given, Mapping) or "decisions" not in given:
+                raise DecisionError(
+                    f'{where}: a review answer is {{"decisions": [...]}}; nothing ran'
+                )
+            entry = {**given, "interrupt_id": interrupt_id}
+            _check_entry(entry, where)
+            self._index[id(entry)] = f'"answers" {interrupt_id}'
+            self._reviews.append(entry)
+            matching.append((len(self._reviews) - 1, entry))
         if not matching:
             return None
         # One entry may name the review by its id, another by its calls: two
@@ -281,6 +295,11 @@ class FileDecisions:
                 decision["edited_action"] = {"name": action["name"], **edited}
         answer = {"decisions": decisions, "reviewer": entry.get("reviewer", self.reviewer)}
         return bind_decisions(request, answer)
+
+    def take_unused_answers(self) -> dict[str, Any]:
+        """The ``answers`` no pending interrupt took, by id, once: the agent judges them."""
+        out, self._questions = self._questions, {}
+        return out
 
     def take_unused_verdicts(self) -> dict[str, dict[str, Any]]:
         """The verdicts no pending reconciliation asked for, each with the file's reviewer, once."""

@@ -207,7 +207,9 @@ def _review(item: PendingInterrupt, source: DecisionSource, agent: Agent, stoppe
 
 
 def _leftover(source: FileDecisions, answers: _Answers) -> None:
-    """The file's answers to reviews not pending go to the agent, which judges them."""
+    """The file's answers to interrupts not pending go to the agent, which judges them."""
+    for interrupt_id, given in source.take_unused_answers().items():
+        answers.answers.setdefault(interrupt_id, given)
     for entry in source.leftover():
         pinned = entry.pop("interrupt_id", None)
         if pinned is not None:
