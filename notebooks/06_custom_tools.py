@@ -33,7 +33,8 @@ from pathlib import Path
 
 # Everything this notebook writes goes into one new directory, created in
 # EFFECTGATE_NOTEBOOK_DIR if set (the test suite sets it), else in the system temp dir.
-workdir = Path(tempfile.mkdtemp(prefix="06_custom_tools-", dir=os.environ.get("EFFECTGATE_NOTEBOOK_DIR")))
+import _stable
+workdir = _stable.workdir("06_custom_tools-")  # the directory is created if missing
 EXTERNAL = workdir / "external.sqlite3"  # the "outside world": not effectgate's to write
 
 

@@ -46,8 +46,8 @@ from effectgate.demo.services import read_tickets
 
 # Everything this notebook writes goes into one new directory, created in
 # EFFECTGATE_NOTEBOOK_DIR if set (the test suite sets it), else in the system temp dir.
-parent = os.environ.get("EFFECTGATE_NOTEBOOK_DIR")
-workdir = Path(tempfile.mkdtemp(prefix="07_bring_your_own_graph-", dir=parent))
+import _stable
+workdir = _stable.workdir("07_bring_your_own_graph-")  # the directory is created if missing
 
 
 def open_world(name):

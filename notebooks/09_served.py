@@ -34,9 +34,8 @@ from pathlib import Path
 
 # Everything this notebook writes goes into one new directory, created in
 # EFFECTGATE_NOTEBOOK_DIR if set (the test suite sets it), else in the system temp dir.
-parent = os.environ.get("EFFECTGATE_NOTEBOOK_DIR")
-workdir = Path(tempfile.mkdtemp(prefix="09_served-", dir=parent))
 import _stable
+workdir = _stable.workdir("09_served-")  # the directory is created if missing
 
 _stable.mask_ports()  # the services' ports differ per run: print 127.0.0.1:<port>
 

@@ -9,8 +9,11 @@ where its story changed.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 _PORT = re.compile(r"127\.0\.0\.1:\d+")
@@ -31,3 +34,15 @@ def mask_ports() -> None:
     """Mask loopback port numbers in everything printed to stdout from now on."""
     if not isinstance(sys.stdout, _Masked):
         sys.stdout = _Masked(sys.stdout)
+
+
+def workdir(prefix: str) -> Path:
+    """A new directory for one notebook's files: ``<parent>/<prefix><random>``.
+
+    The parent is ``EFFECTGATE_NOTEBOOK_DIR`` when set (the test suite sets
+    it), created with its parents if missing; else the system temp dir.
+    """
+    parent = os.environ.get("EFFECTGATE_NOTEBOOK_DIR") or None
+    if parent is not None:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))

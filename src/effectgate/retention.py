@@ -128,6 +128,11 @@ class PrunePolicy:
         vacuum: ``"full"`` (VACUUM), ``"incremental"`` (switch the file to
             ``auto_vacuum=INCREMENTAL`` once, then ``incremental_vacuum``) or
             ``"none"``.
+        vacuum_wait: how long the VACUUM waits for a lock another
+            connection holds (the SQLite busy timeout; PostgreSQL's
+            ``lock_timeout``), default 30 seconds, the ledger's own busy
+            timeout. Past it the VACUUM is skipped, the rows already removed
+            stay removed, and the report's ``vacuum_skipped`` says so.
     """
 
     keep_last: int | None = None
@@ -138,6 +143,7 @@ class PrunePolicy:
     deleted_by: str = "effectgate prune"
     reason: str | None = None
     vacuum: Vacuum = "full"
+    vacuum_wait: timedelta = timedelta(seconds=30)
 
     def check(self) -> None:
         """Raise ``ConfigError`` for an impossible policy (nothing is touched then)."""
@@ -155,6 +161,8 @@ class PrunePolicy:
             raise ConfigError("tombstones_after must not be shorter than operations_after")
         if self.vacuum not in ("full", "incremental", "none"):
             raise ConfigError(f"vacuum must be full, incremental or none, not {self.vacuum!r}")
+        if self.vacuum_wait <= timedelta(0):
+            raise ConfigError("vacuum_wait must be positive")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -180,6 +188,8 @@ class PruneReport:
     operation_tombstones_removed: int = 0
     files: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    vacuum_skipped: str | None = None
+    """Why the closing VACUUM did not run (a lock held past ``vacuum_wait``); ``None``: it ran."""
 
     def as_json(self) -> dict[str, Any]:
         """The report as a JSON-compatible dict."""
@@ -194,6 +204,7 @@ class PruneReport:
             "operation_tombstones_removed": self.operation_tombstones_removed,
             "files": {k: dict(v) for k, v in self.files.items()},
             "seconds": round(self.seconds, 3),
+            "vacuum_skipped": self.vacuum_skipped,
         }
 
 
@@ -261,7 +272,17 @@ def prune(agent: Agent, policy: PrunePolicy, *, dry_run: bool = False) -> PruneR
     if callable(forget) and not dry_run:
         forget()
     if not dry_run:
-        store.vacuum(policy.vacuum)
+        try:
+            store.vacuum(policy.vacuum, policy.vacuum_wait.total_seconds())
+        except Exception as exc:
+            if not _is_lock_timeout(exc):
+                raise
+            # The deletes are committed; only the space is not given back yet.
+            report.vacuum_skipped = (
+                f"vacuum skipped: table busy (a lock held past "
+                f"{policy.vacuum_wait.total_seconds():g} s: {exc}); "
+                "run again"
+            ).replace("\n", " ")
     after = before if dry_run else store.sizes()
     report.files = {name: {"before": before[name], "after": after[name]} for name in before}
     report.seconds = time.perf_counter() - started
@@ -311,8 +332,8 @@ class _CheckpointStore:
         """Bytes on disk, by ``checkpoints`` and ``ledger``."""
         raise NotImplementedError
 
-    def vacuum(self, mode: Vacuum) -> None:
-        """Give the space of the deleted rows back (``mode``)."""
+    def vacuum(self, mode: Vacuum, wait_s: float) -> None:
+        """Give the space of the deleted rows back (``mode``), waiting ``wait_s`` for locks."""
         raise NotImplementedError
 
 
@@ -425,10 +446,10 @@ class _SqliteCheckpoints(_CheckpointStore):
         ledger_sizes = _postgres_ledger_sizes(self.ledger)
         return out | ledger_sizes
 
-    def vacuum(self, mode: Vacuum) -> None:
+    def vacuum(self, mode: Vacuum, wait_s: float) -> None:
         for path in self._files().values():
-            _vacuum(path, mode)
-        _vacuum_postgres_ledger(self.ledger, mode)
+            _vacuum(path, mode, wait_s)
+        _vacuum_postgres_ledger(self.ledger, mode, wait_s)
 
 
 def _disk_bytes(path: Path) -> int:
@@ -837,20 +858,42 @@ class _PostgresCheckpoints(_CheckpointStore):
             out["ledger"] = _disk_bytes(path)
         return out | _postgres_ledger_sizes(self.ledger)
 
-    def vacuum(self, mode: Vacuum) -> None:
+    def vacuum(self, mode: Vacuum, wait_s: float) -> None:
         if mode != "none":
             with self._conn() as conn:
-                conn.execute(
-                    f"VACUUM ({_pg_vacuum_options(mode)}) {', '.join(_PG_CHECKPOINT_TABLES)}"
-                )
+                _pg_vacuum(conn, mode, _PG_CHECKPOINT_TABLES, wait_s)
         path = getattr(self.ledger, "path", None)
         if isinstance(path, Path):
-            _vacuum(path, mode)
-        _vacuum_postgres_ledger(self.ledger, mode)
+            _vacuum(path, mode, wait_s)
+        _vacuum_postgres_ledger(self.ledger, mode, wait_s)
 
 
 def _pg_vacuum_options(mode: Vacuum) -> str:
     return "FULL, ANALYZE" if mode == "full" else "ANALYZE"
+
+
+def _pg_vacuum(conn: Any, mode: Vacuum, tables: Sequence[str], wait_s: float) -> None:
+    """VACUUM ``tables`` with a bounded ``lock_timeout``, restored afterwards.
+
+    ``VACUUM FULL`` needs an ACCESS EXCLUSIVE lock: unbounded, it would wait
+    behind any open transaction on the table, and every worker would then
+    queue behind its own lock request. ``lock_timeout`` bounds that wait
+    (PostgreSQL documentation, "Client Connection Defaults"); past it the
+    server raises ``lock_not_available`` (SQLSTATE 55P03).
+    """
+    conn.execute(f"SET lock_timeout = '{max(1, round(wait_s * 1000))}ms'")
+    try:
+        conn.execute(f"VACUUM ({_pg_vacuum_options(mode)}) {', '.join(tables)}")
+    finally:
+        conn.execute("RESET lock_timeout")
+
+
+def _is_lock_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is a lock wait that timed out (SQLite busy/locked, PostgreSQL 55P03)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        text = str(exc).lower()
+        return "locked" in text or "busy" in text
+    return getattr(exc, "sqlstate", None) == "55P03"
 
 
 @contextlib.contextmanager
@@ -882,13 +925,13 @@ def _postgres_ledger_sizes(ledger: Ledger) -> dict[str, int]:
         return {"ledger": int(total)}
 
 
-def _vacuum_postgres_ledger(ledger: Ledger, mode: Vacuum) -> None:
+def _vacuum_postgres_ledger(ledger: Ledger, mode: Vacuum, wait_s: float) -> None:
     """VACUUM the ledger tables a prune touched, for a PostgreSQL ledger."""
     if mode == "none":
         return
     with _postgres_ledger_conn(ledger) as conn:
         if conn is not None:
-            conn.execute(f"VACUUM ({_pg_vacuum_options(mode)}) {', '.join(_PG_LEDGER_TABLES)}")
+            _pg_vacuum(conn, mode, _PG_LEDGER_TABLES, wait_s)
 
 
 def _compact_ledger(
@@ -916,9 +959,9 @@ class _Rollback(Exception):
     pass
 
 
-def _vacuum(path: Path, mode: Vacuum) -> None:
-    """Checkpoint the WAL into the file, VACUUM, and truncate the WAL."""
-    own = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+def _vacuum(path: Path, mode: Vacuum, wait_s: float) -> None:
+    """Checkpoint the WAL into the file, VACUUM, and truncate the WAL (busy timeout ``wait_s``)."""
+    own = sqlite3.connect(path, isolation_level=None, timeout=wait_s)
     try:
         own.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         if mode == "full":

@@ -180,3 +180,22 @@ def test_resume_of_a_thread_never_recorded_prints_how_to_start_it(state_dir: Sta
     text = " ".join(ran.stderr.split())
     assert "never recorded" in text
     assert f"effectgate run --thread ghost --model SPEC TASK --state-dir {state_dir.root}" in text
+
+
+def test_a_request_id_reused_with_another_message_is_refused_naming_both(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A request id names one message: the same id with other text is refused, nothing lost."""
+    with conversation_agent(state_dir, services) as agent:
+        assert approve_all(agent, agent.start(TASK, thread_id="c")).status is RunStatus.DONE
+        sent = approve_all(agent, agent.send("c", ALSO_LEAD, request_id="req-1"))
+        assert sent.status is RunStatus.DONE, sent.error
+        retried = agent.send("c", ALSO_LEAD, request_id="req-1")  # a retry: nothing new
+        assert retried.status is RunStatus.DONE
+        with pytest.raises(ConfigError) as refused:
+            agent.send("c", TICKET_AGAIN, request_id="req-1")
+        text = str(refused.value)
+        assert "'req-1'" in text and repr(ALSO_LEAD) in text and repr(TICKET_AGAIN) in text
+        humans = [m.content for m in agent.messages("c") if isinstance(m, HumanMessage)]
+    assert humans == [TASK, ALSO_LEAD]
+    assert (world(state_dir).tickets, world(state_dir).mails) == (1, 2)

@@ -295,8 +295,7 @@ def test_committed_notebook_carries_its_outputs(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run the notebook in a fresh kernel; every cell must pass; then check the state it left."""
-    base = tmp_path / "state"
-    base.mkdir()
+    base = tmp_path / "state" / "notebooks"  # missing: the notebook's helper creates it
     monkeypatch.setenv("EFFECTGATE_NOTEBOOK_DIR", str(base))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     work = tmp_path / "run"

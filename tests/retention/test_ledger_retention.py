@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from effectgate._app import StateDir, open_agent
+from effectgate._intent import intent_hash
 from effectgate.demo.services import DemoServices, read_tickets
+from effectgate.errors import DecisionError, IntentConflictError
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import OpState
 from effectgate.retention import PrunePolicy
@@ -150,3 +152,55 @@ def test_a_repeat_of_a_compacted_intent_is_still_a_possible_duplicate(
         agent.prune(PrunePolicy(operations_after=None, tombstones_after=timedelta(0)))
         result = agent.start("go", thread_id="w3")
         assert result.status is RunStatus.DONE, result.error
+
+
+def test_a_compacted_id_stays_bound_to_its_intent_at_review_and_dispatch(
+    services: DemoServices, state_dir: StateDir, store: str | None
+) -> None:
+    """After compaction, an edit to other arguments under the same id is refused, as before it.
+
+    The service still remembers the idempotency key, so dispatching new
+    arguments under it would fail there (HTTP 409) and wedge the business
+    key. The review refuses the edit with the same line as without the
+    prune, nothing is dispatched, and ``Ledger.open`` (dispatch's create-or-get)
+    refuses the id for another intent too.
+    """
+    sd = state_dir
+    with _agent(sd, services, "b", calls=1, store=store) as agent:
+        _finish(agent, "b", 1)
+        (op,) = agent.ledger.list(thread_id="b")
+        cfg: Any = {"configurable": {"thread_id": "b"}}
+        history = list(agent.graph.get_state_history(cfg))
+        before_review = next(s for s in reversed(history) if "review" in s.next)
+        agent.prune(PrunePolicy(operations_after=timedelta(0), tombstones_after=None))
+    with _agent(sd, services, "b", calls=1, store=store) as agent:
+        result = agent.replay("b", before_review.config["configurable"]["checkpoint_id"])
+        assert result.status is RunStatus.WAITING_REVIEW, result.error
+        (action,) = result.interrupts[0].value["action_requests"]
+        assert action["operation_id"] == op.operation_id and action["conflict"] is None
+        edit = {
+            "type": "edit",
+            "edited_action": {"name": "create_ticket", "args": {**op.args, "title": "other"}},
+        }
+        answer = bound(agent, "b", {"decisions": [edit], "reviewer": "t"})
+        try:
+            again = agent.resume("b", decisions=answer)
+            refusal = str(again.interrupts[0].value.get("error")) if again.interrupts else ""
+            assert again.status is RunStatus.WAITING_REVIEW, again.error
+        except DecisionError as exc:
+            refusal = str(exc)
+        assert f"edited arguments map to operation {op.operation_id!r}" in refusal
+        assert "which is bound to other arguments" in refusal
+        assert agent.ledger.get(op.operation_id) is None  # nothing opened, nothing dispatched
+        with pytest.raises(IntentConflictError):
+            agent.ledger.open(
+                operation_id=op.operation_id,
+                thread_id="b",
+                tool_call_id="other-call",
+                tool=op.tool,
+                tool_version=op.tool_version,
+                args={**op.args, "title": "other"},
+                intent_hash=intent_hash(op.tool, op.tool_version, {**op.args, "title": "other"}),
+            )
+        assert agent.ledger.get(op.operation_id) is None
+    assert len(read_tickets(sd.services)) == 1

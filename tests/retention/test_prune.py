@@ -7,7 +7,9 @@ so "each effect once" is read from the ticket service's own database.
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
+import threading
 import time
 from collections import Counter
 from datetime import timedelta
@@ -19,10 +21,12 @@ import yaml
 
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
+from effectgate.errors import ConfigError
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.ledger import OpState
 from effectgate.retention import PrunePolicy, ThreadDeletedError, tombstone_of
 from tests.answers._bind import bound
+from tests.cli.conftest import eg
 from tests.conftest import run_worker
 
 APPROVE: dict[str, Any] = {"decisions": [{"type": "approve"}], "reviewer": "t"}
@@ -358,3 +362,93 @@ def test_keep_last_on_a_long_thread_keeps_its_history(
             agent.resume("long", decisions=bound(agent, "long", APPROVE)).status is RunStatus.DONE
         )
     assert len(_alerts(sd)) == 12
+
+
+def test_replay_onto_a_pruned_or_unknown_checkpoint_is_refused_naming_it(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A checkpoint id that is not (or no longer) the thread's: ConfigError, nothing runs."""
+    sd = state_dir
+    with _agent(sd, services, "rp", calls=12) as agent:
+        _finish(agent, "rp", 12)  # long enough that keep_last=1 removes checkpoints
+        cfg: Any = {"configurable": {"thread_id": "rp"}}
+        oldest = list(agent.graph.get_state_history(cfg))[-1]
+        old_id = oldest.config["configurable"]["checkpoint_id"]
+        assert agent.prune(PrunePolicy(keep_last=1, **NO_LEDGER)).checkpoints_removed > 0
+        head = agent.graph.get_state(cfg).config["configurable"]["checkpoint_id"]
+        for bad in (old_id, "no-such-checkpoint", "1ef00000-0000-6000-8000-000000000000"):
+            with pytest.raises(ConfigError) as refused:
+                agent.replay("rp", bad)
+            assert f"has no checkpoint {bad!r}" in str(refused.value)
+            assert "pruned" in str(refused.value)
+        assert agent.graph.get_state(cfg).config["configurable"]["checkpoint_id"] == head
+    assert len(_alerts(sd)) == 12
+
+
+def test_postgres_vacuum_full_behind_an_open_transaction_is_skipped_not_waited_for(
+    services: DemoServices, state_dir: StateDir, postgres_url: str
+) -> None:
+    """VACUUM FULL needs an exclusive lock: behind an open reader it gives up after the wait.
+
+    The rows are removed and reported; the report says the VACUUM was
+    skipped. Without the bound the prune would wait as long as the reader.
+    """
+    sd = state_dir
+    with _agent(sd, services, "pv", calls=12, store=postgres_url) as agent:
+        _finish(agent, "pv", 12)  # long enough that keep_last=1 removes checkpoints
+        reports: list[Any] = []
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute(
+                "SELECT count(*) FROM checkpoints"
+            ).fetchone()  # a transaction stays open
+            policy = PrunePolicy(keep_last=1, vacuum_wait=timedelta(seconds=1), **NO_LEDGER)
+            runner = threading.Thread(target=lambda: reports.append(agent.prune(policy)))
+            started = time.monotonic()
+            runner.start()
+            runner.join(timeout=20)
+            waited = time.monotonic() - started
+            finished = not runner.is_alive()
+            holder.rollback()
+        runner.join()
+        assert finished, "prune waited behind the open transaction"
+        (report,) = reports
+        assert report.vacuum_skipped is not None
+        assert report.vacuum_skipped.startswith("vacuum skipped: table busy")
+        assert report.vacuum_skipped.endswith("run again") and "\n" not in report.vacuum_skipped
+        assert report.checkpoints_removed > 0
+        assert waited < 15
+        again = agent.prune(PrunePolicy(keep_last=1, **NO_LEDGER))
+        assert again.checkpoints_removed == 0 and again.vacuum_skipped is None
+
+
+def test_a_lock_held_at_vacuum_exits_75_with_the_report_and_one_line(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """``effectgate prune`` meeting another process's lock at VACUUM: exit 75, report, rows gone.
+
+    The prune only reads the ledger here (no ledger windows), so a write
+    lock held on the ledger file meets only the closing VACUUM of that file.
+    """
+    sd = state_dir
+    with _agent(sd, services, "lk", calls=12) as agent:
+        _finish(agent, "lk", 12)
+    holder = sqlite3.connect(sd.ledger, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        ran = eg(
+            "prune", "--state-dir", str(sd.root), "--keep-last", "1", "--operations-after",
+            "none", "--tombstones-after", "none", "--vacuum-wait", "1s",
+        )  # fmt: skip
+    finally:
+        holder.close()
+    assert ran.code == 75, (ran.stdout, ran.stderr)
+    assert "Traceback" not in ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vacuum skipped: table busy"), ran.stderr
+    assert lines[0].endswith("run again")
+    found = re.search(r"checkpoints\W+(\d+)", ran.stdout)
+    assert found is not None, ran.stdout
+    assert int(found.group(1)) > 0  # the report of what was removed is printed
+    again = eg("prune", "--state-dir", str(sd.root), "--keep-last", "1", "--json")
+    assert again.code == 0, again.stderr
+    assert again.json["checkpoints_removed"] == 0 and again.json["vacuum_skipped"] is None

@@ -167,3 +167,15 @@ def test_prune_on_a_postgresql_state(tmp_path: Path, postgres_url: str) -> None:
     refused = eg("resume", *sd, "--thread", "demo-1")
     assert refused.code == 2
     assert "was deleted" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_blank_thread_id_is_refused_as_bad_input(
+    finished_demo: tuple[Path, Ran], tmp_path: Path
+) -> None:
+    state = _copy(finished_demo, tmp_path)
+    for blank in ("", " "):
+        ran = eg("prune", "--state-dir", str(state), "--thread", blank)
+        assert ran.code == 2, (ran.stdout, ran.stderr)
+        assert "may not be empty, blank" in " ".join(ran.stderr.split())
+    listed = eg("threads", "--state-dir", str(state), "--json")
+    assert [t["status"] for t in listed.json["threads"]] == ["done"]

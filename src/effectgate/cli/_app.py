@@ -133,6 +133,13 @@ def _id_flag(value: str | None) -> str | None:
     return value
 
 
+def _id_flags(values: list[str] | None) -> list[str] | None:
+    """``_id_flag`` for a repeatable ``--thread``."""
+    for value in values or []:
+        _id_flag(value)
+    return values
+
+
 ThreadOpt = Annotated[
     str | None,
     typer.Option("--thread", callback=_id_flag, help="Thread id (default: a new random one)."),
@@ -443,7 +450,12 @@ def prune(
         typer.Option(help="Delete finished threads idle longer than this (30d, 12h, ...)."),
     ] = None,
     thread: Annotated[
-        list[str] | None, typer.Option("--thread", help="Delete this thread (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--thread",
+            callback=_id_flags,
+            help="Delete this thread (repeatable; added to the other selectors, a union).",
+        ),
     ] = None,
     operations_after: Annotated[
         str, typer.Option(help="Compact terminal operations older than this ('none': never).")
@@ -452,6 +464,10 @@ def prune(
         str, typer.Option(help="Remove operation tombstones older than this ('none': never).")
     ] = "90d",
     vacuum: Annotated[str, typer.Option(help="full, incremental or none.")] = "full",
+    vacuum_wait: Annotated[
+        str,
+        typer.Option(help="How long the VACUUM waits for a lock; past it, skipped (exit 75)."),
+    ] = "30s",
     reason: Annotated[str | None, typer.Option(help="Why (kept on each thread tombstone).")] = None,
     reviewer: ReviewerOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would go.")] = False,
@@ -471,6 +487,7 @@ def prune(
             operations_after=operations_after,
             tombstones_after=tombstones_after,
             vacuum=vacuum,  # type: ignore[arg-type]  # checked by PrunePolicy.check
+            vacuum_wait=vacuum_wait,
             deleted_by=_reviewer(reviewer),
             reason=reason,
             dry_run=dry_run,

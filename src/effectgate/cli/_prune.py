@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from effectgate.cli._exit import ExitCode
 from effectgate.cli._output import Output
 from effectgate.errors import ConfigError
 from effectgate.retention import PrunePolicy, PruneReport, Vacuum
@@ -57,13 +58,22 @@ def run_prune(
     tombstones_after: str,
     vacuum: Vacuum,
     deleted_by: str,
+    vacuum_wait: str = "30s",
     reason: str | None,
     dry_run: bool,
 ) -> int:
-    """Prune the state directory; print the report. Returns the exit code (0)."""
+    """Prune the state directory; print the report. Returns the exit code.
+
+    0, or 75 (``ExitCode.BUSY``) when the closing VACUUM met a lock held past
+    ``vacuum_wait``: the report of what was removed is printed first, then
+    one line saying the VACUUM was skipped.
+    """
     from effectgate._app import StateDir
     from effectgate.cli._runs import inspection_agent
 
+    wait = parse_duration(vacuum_wait, "--vacuum-wait")
+    if wait is None or wait <= timedelta(0):
+        raise ConfigError(f"--vacuum-wait: {vacuum_wait!r} must be a positive duration (e.g. 30s)")
     policy = PrunePolicy(
         keep_last=keep_last,
         finished_older_than=parse_duration(finished_older_than, "--finished-older-than"),
@@ -73,6 +83,7 @@ def run_prune(
         deleted_by=deleted_by,
         reason=reason,
         vacuum=vacuum,
+        vacuum_wait=wait,
     )
     policy.check()
     sd = StateDir.open(state_dir, create=False)
@@ -87,6 +98,9 @@ def run_prune(
         output.emit_json(report.as_json())
     else:
         output.out.print(_table(report))
+    if report.vacuum_skipped is not None:
+        output.err.print(report.vacuum_skipped, markup=False, highlight=False, soft_wrap=True)
+        return int(ExitCode.BUSY)
     return 0
 
 

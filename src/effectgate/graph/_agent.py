@@ -300,14 +300,16 @@ class Agent:
             request_id: the caller's id for this message: a repeated ``send``
                 with the same ``request_id`` resumes the turn it recorded
                 instead of adding the message again (a client retrying after a
-                timeout). Without it, only a recorded turn that has not run
-                yet is recognised as the same message.
+                timeout); the same ``request_id`` with another message is
+                refused (``ConfigError``). Without it, only a recorded turn
+                that has not run yet is recognised as the same message.
 
         Returns:
             The thread's state after the run.
 
         Raises:
-            ConfigError: the message is blank; the thread is unknown, has not
+            ConfigError: the message is blank; ``request_id`` was used for
+                another message; the thread is unknown, has not
                 run its first task, has unfinished work or a recorded turn not
                 yet run (``resume`` first), or waits at a review or
                 reconciliation (the message says which and how to answer).
@@ -329,6 +331,15 @@ class Agent:
         seen = {m.id for m in snapshot.values.get("messages", [])}
         for turn in turns:
             if request_id is not None and turn.input.get("request_id") == request_id:
+                if turn.input.get("message") != message:
+                    # A request id names one message: another text under it is
+                    # a client bug, and dropping either message would lose it.
+                    raise ConfigError(
+                        f"thread {thread_id!r}: request id {request_id!r} was already used "
+                        f"for turn {turn.input.get('turn')} with message "
+                        f"{_clip(turn.input.get('message'))}, not {_clip(message)}: "
+                        "use a new request id for a new message"
+                    )
                 # A retry of a turn already recorded: continue the thread.
                 return self._continue(thread_id)
         last = turns[-1] if turns else None
@@ -714,12 +725,35 @@ class Agent:
         The replay forks the thread from that checkpoint; every effect it
         reaches goes through review and the ledger again, so nothing that
         succeeded is executed twice.
+
+        Args:
+            thread_id: the thread.
+            checkpoint_id: one of the thread's checkpoint ids (from
+                ``graph.get_state_history``).
+
+        Returns:
+            The thread's state after the replayed run.
+
+        Raises:
+            ConfigError: the thread has no checkpoint with that id (never
+                one, or removed by retention's ``keep_last``); nothing runs.
+            ThreadBusyError: another live runner holds the thread.
         """
         config = self._config(thread_id)
         config["configurable"]["checkpoint_id"] = checkpoint_id
-        return self._under_lease(
-            thread_id, lambda: self._with_shared(self._run(thread_id, None, config=config))
-        )
+
+        def go() -> RunResult:
+            saver = self.graph.checkpointer
+            if isinstance(saver, BaseCheckpointSaver) and saver.get_tuple(config) is None:
+                # LangGraph would run from nothing and report the head as done.
+                raise ConfigError(
+                    f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}: it does not "
+                    "exist, or retention pruned it; pick one of the thread's checkpoints "
+                    "(graph.get_state_history)"
+                )
+            return self._with_shared(self._run(thread_id, None, config=config))
+
+        return self._under_lease(thread_id, go)
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Ask the current run to stop at the next superstep boundary (SIGTERM, Ctrl-C)."""

@@ -168,6 +168,53 @@ def choose_operation_id(
     return candidate, op
 
 
+def bound_to_other_intent(
+    op_id: str,
+    ihash: str,
+    *,
+    existing: Operation | None,
+    tombstone: OperationTombstone | None,
+) -> dict[str, Any] | None:
+    """The binding check: whether ``op_id`` is bound to an intent other than ``ihash``.
+
+    The one place review (the request's ``conflict``, an edit's refusal)
+    decides it; dispatch's own check is ``Ledger.open``. The binding is the
+    operation under the id, or, when retention compacted it, its tombstone
+    (``OperationTombstone.binds_other_intent``): the service still holds the
+    idempotency key, so a compaction never frees the id for new arguments.
+
+    Args:
+        op_id: the chosen operation id.
+        ihash: the intent hash of the proposed (or edited) arguments.
+        existing: the operation under ``op_id``, if any.
+        tombstone: the tombstone of ``op_id``, read when ``existing`` is ``None``.
+
+    Returns:
+        ``None`` when the id is free for ``ihash``; otherwise the conflict
+        ``{operation_id, stored_intent_hash, stored_args, stored_state}``
+        (``stored_args`` is ``None`` and ``compacted`` holds the tombstone's
+        summary when only a tombstone is left).
+    """
+    if existing is not None:
+        if existing.intent_hash == ihash:
+            return None
+        return {
+            "operation_id": op_id,
+            "stored_intent_hash": existing.intent_hash,
+            "stored_args": dict(existing.args),
+            "stored_state": existing.state.value,
+        }
+    if tombstone is None or not tombstone.binds_other_intent(ihash):
+        return None
+    return {
+        "operation_id": op_id,
+        "stored_intent_hash": tombstone.intent_hash,
+        "stored_args": None,
+        "stored_state": tombstone.state.value,
+        "compacted": tombstone.summary(),
+    }
+
+
 def _same_base(spec: ToolSpec, op: Operation, base: str, *, suffixed: bool) -> bool:
     """Whether ``op`` was opened under ``base`` (or one of its ``#n`` variants).
 
@@ -304,18 +351,11 @@ def _prepare_one(
         spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=call.id
     )
     ihash = spec.intent_hash(args)
-    conflict = None
-    if existing is not None and existing.intent_hash != ihash:
-        conflict = {
-            "operation_id": op_id,
-            "stored_intent_hash": existing.intent_hash,
-            "stored_args": dict(existing.args),
-            "stored_state": existing.state.value,
-        }
-    dup, rejected = _same_intent(ledger, op_id, ihash, thread_id)
-    dup_tomb = None if dup is not None else _compacted_duplicate(ledger, op_id, ihash)
     # This very id was used before and compacted: a replay or a new run reached it.
     reopened = ledger.operation_tombstone(op_id) if existing is None else None
+    conflict = bound_to_other_intent(op_id, ihash, existing=existing, tombstone=reopened)
+    dup, rejected = _same_intent(ledger, op_id, ihash, thread_id)
+    dup_tomb = None if dup is not None else _compacted_duplicate(ledger, op_id, ihash)
     repeat = _repeat_flag(ledger, rejected)
     replaced_by = replaced.get(ihash)
     ttl = policy.approval_ttl_s
@@ -516,10 +556,14 @@ def _decide_edit(
         p.spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=p.call.id
     )
     ihash = p.spec.intent_hash(args)
-    if existing is not None and existing.intent_hash != ihash:
+    tomb = ledger.operation_tombstone(op_id) if existing is None else None
+    conflict = bound_to_other_intent(op_id, ihash, existing=existing, tombstone=tomb)
+    if conflict is not None:
+        compacted = " (compacted by retention; its arguments are no longer kept)"
         raise DecisionError(
             f"edited arguments map to operation {op_id!r}, which is bound to other arguments "
-            f"(state {existing.state.value}); reject, or edit to its recorded arguments"
+            f"(state {conflict['stored_state']}){compacted if 'compacted' in conflict else ''}; "
+            "reject, or edit to its recorded arguments"
         )
     return _Decided(
         prepared=p, kind="edit", args=args, operation_id=op_id, intent_hash=ihash, message=None

@@ -156,7 +156,9 @@ class Ledger(AttemptsMixin):
 
         Raises:
             ValueError: ``intent_hash`` does not match ``tool``/``tool_version``/``args``.
-            IntentConflictError: the operation exists with a different intent hash.
+            IntentConflictError: the operation exists with a different intent
+                hash, or was compacted to a tombstone that binds it to one
+                (``OperationTombstone.binds_other_intent``).
             LedgerCorruptError: the existing row fails validation.
         """
         req = OpenRequest(
@@ -189,6 +191,14 @@ class Ledger(AttemptsMixin):
         )
         op, created = tx.create_or_get(draft)
         op = verified(op)
+        earlier = tx.get_operation_tombstone(op.operation_id) if created else None
+        if earlier is not None and earlier.binds_other_intent(req.intent_hash):
+            # A compacted id keeps its binding: rolled back, nothing is created.
+            raise IntentConflictError(
+                operation_id=op.operation_id,
+                stored_hash=earlier.intent_hash,
+                new_hash=req.intent_hash,
+            )
         if not created:
             if op.intent_hash != req.intent_hash:
                 raise IntentConflictError(
@@ -202,7 +212,6 @@ class Ledger(AttemptsMixin):
             "tool_call_id": req.tool_call_id,
             "tool": req.tool,
         }
-        earlier = tx.get_operation_tombstone(op.operation_id)
         if earlier is not None:  # the id was used before, and compacted by retention
             detail["compacted_earlier"] = earlier.summary()
         self._event(tx, op, EventKind.CREATED, now, detail, dst=_S.PROPOSED)

@@ -327,6 +327,25 @@ class OperationTombstone:
     """The operation's last ``updated_at``."""
     compacted_at: datetime
 
+    def binds_other_intent(self, intent_hash: str) -> bool:
+        """Whether this compacted id still refuses arguments with ``intent_hash``.
+
+        The id was sent to the service as its idempotency key unless a
+        reviewer rejected the call (a REJECTED operation never ran), so a
+        different intent under it would be a key reused with other
+        arguments: the service refuses or replays the old result (Stripe's
+        idempotency keys answer that with an error). Such a call is refused
+        exactly as if the operation were still in the ledger. The same
+        intent is not refused: it is a reopened proposal, reviewed again.
+
+        Args:
+            intent_hash: the intent hash of the arguments now proposed.
+
+        Returns:
+            ``True`` when the tombstone binds the id to another intent.
+        """
+        return self.state is not OpState.REJECTED and self.intent_hash != intent_hash
+
     def summary(self) -> dict[str, Any]:
         """The tombstone as a JSON-compatible dict, for a reviewer and the audit trail.
 
