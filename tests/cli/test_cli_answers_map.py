@@ -57,7 +57,7 @@ def test_a_bad_review_answer_in_the_answers_map_is_refused_in_one_line(tmp_path:
 
 
 def test_an_answer_to_nothing_pending_is_refused(tmp_path: Path) -> None:
-    state, review = _waiting(tmp_path)
+    state, _ = _waiting(tmp_path)
     ran = _resume(state, tmp_path, {"answers": {"0123456789abcdef": "late"}})
     assert ran.code == 2, ran.stdout + ran.stderr
     assert "not pending" in ran.stderr and "Traceback" not in ran.stderr
