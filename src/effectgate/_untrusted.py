@@ -190,20 +190,39 @@ def check_json_depth(text: str, max_depth: int = MAX_DEPTH) -> None:
             depth -= 1
 
 
-def parse_json(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
+def parse_json(text: str, *, max_depth: int = MAX_DEPTH, unique_keys: bool = False) -> Any:
     """Parse JSON with a nesting bound.
 
+    Args:
+        text: the JSON text.
+        max_depth: the deepest nesting accepted.
+        unique_keys: refuse an object that names one key twice. JSON allows
+            it and Python keeps the last value silently; in a person's
+            answers that would let a later answer replace an earlier one
+            unseen (RFC 8259, 4: "names within an object SHOULD be unique").
+
     Raises:
-        json.JSONDecodeError: invalid JSON, or ``TooDeepError`` (a subclass)
-            when nested deeper than ``max_depth``.
+        json.JSONDecodeError: invalid JSON, a repeated key (``unique_keys``),
+            or ``TooDeepError`` (a subclass) when nested deeper than ``max_depth``.
     """
     check_json_depth(text, max_depth)
     try:
+        if unique_keys:
+            return json.loads(text, object_pairs_hook=_unique_object)
         return json.loads(text)
     except json.JSONDecodeError:
         raise
     except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
         raise json.JSONDecodeError(f"value refused ({exc})", text, 0) from None
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
 
 
 class _BoundedLoader(yaml.SafeLoader):

@@ -267,7 +267,7 @@ def prune(agent: Agent, policy: PrunePolicy, *, dry_run: bool = False) -> PruneR
     if policy.keep_last is not None:
         skip = set(report.threads_deleted)
         _keep_last(agent, store, policy.keep_last, report, skip=skip, dry_run=dry_run)
-    _compact_ledger(agent.ledger, policy, now, report, dry_run=dry_run)
+    _compact_ledger(agent, store, policy, now, report, dry_run=dry_run)
     forget = getattr(store.saver, "forget_lineage", None)
     if callable(forget) and not dry_run:
         forget()
@@ -935,15 +935,30 @@ def _vacuum_postgres_ledger(ledger: Ledger, mode: Vacuum, wait_s: float) -> None
 
 
 def _compact_ledger(
-    ledger: Ledger, policy: PrunePolicy, now: datetime, report: PruneReport, *, dry_run: bool
+    agent: Agent,
+    store: _CheckpointStore,
+    policy: PrunePolicy,
+    now: datetime,
+    report: PruneReport,
+    *,
+    dry_run: bool,
 ) -> None:
+    """Compact old terminal operations, except those of threads that are not finished.
+
+    A thread that waits (a review whose decisions are recorded but not yet
+    applied after a crash, a verdict) or has work left reads its operations
+    back when it goes on: compacting them would reopen a decided review, and
+    a recorded reject would be lost. Their operations wait until it finishes.
+    """
     if policy.operations_after is None and policy.tombstones_after is None:
         return
+    ledger = agent.ledger
+    busy = [t for t in store.threads() if _why_not(agent, t) is not None]
     try:
         with ledger.store.transaction() as tx:
             if policy.operations_after is not None:
                 report.operations_compacted = tx.compact_operations(
-                    finished_before=now - policy.operations_after, now=now
+                    finished_before=now - policy.operations_after, now=now, keep_threads=busy
                 )
             if policy.tombstones_after is not None:
                 report.operation_tombstones_removed = tx.drop_operation_tombstones(

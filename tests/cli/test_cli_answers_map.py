@@ -62,3 +62,25 @@ def test_an_answer_to_nothing_pending_is_refused(tmp_path: Path) -> None:
     assert ran.code == 2, ran.stdout + ran.stderr
     assert "not pending" in ran.stderr and "Traceback" not in ran.stderr
     assert world(state)["tickets"] == []
+
+
+def test_a_key_named_twice_refuses_the_file(tmp_path: Path) -> None:
+    """JSON keeps the last of two equal keys; a person's file is refused instead."""
+    state, review = _waiting(tmp_path)
+    no = '{"decisions": [{"type": "reject", "message": "no"}]}'
+    yes = '{"decisions": [{"type": "approve"}]}'
+    path = tmp_path / "twice.json"
+    path.write_text(f'{{"answers": {{"{review}": {no}, "{review}": {yes}}}}}', encoding="utf-8")
+    ran = eg("resume", "--state-dir", str(state), "--thread", "w", "--decisions", str(path))
+    assert ran.code == 2, ran.stdout + ran.stderr
+    assert "appears twice" in ran.stderr and "Traceback" not in ran.stderr
+    assert world(state)["tickets"] == []
+
+
+def test_an_answer_naming_another_review_inside_the_map_is_refused(tmp_path: Path) -> None:
+    state, review = _waiting(tmp_path)
+    other = {"interrupt_id": "deadbeef", "decisions": [{"type": "approve"}]}
+    ran = _resume(state, tmp_path, {"answers": {review: other}})
+    assert ran.code == 2, ran.stdout + ran.stderr
+    assert "names another review" in ran.stderr
+    assert world(state)["tickets"] == []

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from effectgate._untrusted import parse_json, read_regular_file
 from effectgate.answers import OneAnswerEach, bind_decisions
-from effectgate.cli._render import dumps
+from effectgate.cli._render import dumps, terminal_safe
 from effectgate.errors import DecisionError
 
 __all__ = [
@@ -255,6 +255,11 @@ class FileDecisions:
                 raise DecisionError(
                     f'{where}: a review answer is {{"decisions": [...]}}; nothing ran'
                 )
+            inner = given.get("interrupt_id", interrupt_id)
+            if inner != interrupt_id:
+                raise DecisionError(
+                    f"{where}: it names another review ({terminal_safe(str(inner))}); nothing ran"
+                )
             entry = {**given, "interrupt_id": interrupt_id}
             _check_entry(entry, where)
             self._index[id(entry)] = f'"answers" {interrupt_id}'
@@ -358,7 +363,7 @@ def load_decisions_file(path: str | Path) -> list[dict[str, Any]]:
             review answer that names no review; the message names the place.
     """
     try:
-        data = parse_json(read_regular_file(path))  # bounded: no FIFO, device, bomb
+        data = parse_json(read_regular_file(path), unique_keys=True)  # bounded; no repeated key
     except (OSError, UnicodeDecodeError) as exc:
         raise DecisionError(f"decisions file {path}: cannot be read: {exc}") from exc
     except json.JSONDecodeError as exc:

@@ -603,13 +603,22 @@ class _Transaction(_Reader):
         return stored
 
     def compact_operations(
-        self, *, finished_before: datetime, now: datetime, thread_ids: Iterable[str] | None = None
+        self,
+        *,
+        finished_before: datetime,
+        now: datetime,
+        thread_ids: Iterable[str] | None = None,
+        keep_threads: Iterable[str] = (),
     ) -> int:
         params: list[Any] = [codec.to_ms(finished_before)]
         threads = ""
         if thread_ids is not None:
             threads = " AND thread_id = ANY(%s::text[])"
             params.append(list(thread_ids))
+        kept = list(keep_threads)
+        if kept:
+            threads += " AND NOT (thread_id = ANY(%s::text[]))"
+            params.append(kept)
         query = SQL_COMPACT_VICTIMS.format(terminal=_in_list(TERMINAL), threads=threads)
         victims = [row[0] for row in self._rows(query, params)]
         if not victims:

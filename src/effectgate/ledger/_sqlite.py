@@ -555,7 +555,12 @@ class _Transaction(_Reader):
         return stored
 
     def compact_operations(
-        self, *, finished_before: datetime, now: datetime, thread_ids: Iterable[str] | None = None
+        self,
+        *,
+        finished_before: datetime,
+        now: datetime,
+        thread_ids: Iterable[str] | None = None,
+        keep_threads: Iterable[str] = (),
     ) -> int:
         cutoff = codec.to_ms(finished_before)
         where = f"state IN ({_in_list(TERMINAL)}) AND updated_at_ms < ?"
@@ -564,6 +569,10 @@ class _Transaction(_Reader):
             ids = list(thread_ids)
             where += f" AND thread_id IN ({', '.join('?' * len(ids))})"
             params.extend(ids)
+        kept = list(keep_threads)
+        if kept:
+            where += f" AND thread_id NOT IN ({', '.join('?' * len(kept))})"
+            params.extend(kept)
         victims = self._conn.execute(
             f"SELECT operation_id, thread_id FROM operations WHERE {where}", params
         ).fetchall()

@@ -251,14 +251,20 @@ class StoreTransaction(StoreReader, Protocol):
         ...
 
     def compact_operations(
-        self, *, finished_before: datetime, now: datetime, thread_ids: Iterable[str] | None = None
+        self,
+        *,
+        finished_before: datetime,
+        now: datetime,
+        thread_ids: Iterable[str] | None = None,
+        keep_threads: Iterable[str] = (),
     ) -> int:
         """Compact terminal operations last updated before ``finished_before``.
 
         Each becomes an ``OperationTombstone`` (``compacted_at = now``); its
         approvals, events and row are deleted, in that order. Operations that
         are not terminal are never touched. ``thread_ids`` limits it to those
-        threads.
+        threads; the operations of ``keep_threads`` are never touched (a
+        thread that still waits or has work left reads its decisions back).
 
         Returns:
             How many operations were compacted.
