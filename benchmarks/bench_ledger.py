@@ -38,6 +38,7 @@ from typing import Any
 
 from effectgate._clock import SystemClock
 from effectgate._intent import intent_hash
+from effectgate._process import new_worker_id
 from effectgate.ledger import (
     Approval,
     Budget,
@@ -204,8 +205,27 @@ def bench_paths(work: Path, rounds: int, per_round: int) -> dict[str, Any]:
     }
 
 
+def _dead_worker() -> str:
+    host, _pid, nonce, *scope = new_worker_id().split(":")
+    return ":".join([host, str(2**22 + 1), nonce, *scope])
+
+
+DEAD_WORKER = _dead_worker()
+"""A worker id proven gone: this host and scope, a pid above any ``pid_max``."""
+
+PUT_BACK_IN_FLIGHT = (
+    "UPDATE operations SET state = 'IN_FLIGHT', claimed_by = ? WHERE state = 'UNKNOWN'"
+)
+"""Undo a recovery for the next repetition (recovery clears ``claimed_by``)."""
+
+
 def _bulk_ledger(path: Path, rows: int) -> list[str]:
-    """Fill a ledger with ``rows`` SUCCEEDED operations (10 IN_FLIGHT) in one transaction."""
+    """Fill a ledger with ``rows`` SUCCEEDED operations (10 IN_FLIGHT) in one transaction.
+
+    The IN_FLIGHT rows name a worker that is proven gone (this host and scope,
+    a pid above any ``pid_max``), as a ``kill -9`` leaves them: the ledger
+    refuses an IN_FLIGHT row without its worker as damaged.
+    """
     SqliteLedger(path).close()  # create and migrate
     now = datetime.now(UTC)
     conn = sqlite3.connect(path, isolation_level=None)
@@ -229,6 +249,7 @@ def _bulk_ledger(path: Path, rows: int) -> list[str]:
             attempt=1,
             created_at=now,
             updated_at=now,
+            claimed_by=DEAD_WORKER if state is OpState.IN_FLIGHT else None,
         )
         if state is OpState.SUCCEEDED:
             op = dataclasses.replace(op, receipt=_receipt(op, now))
@@ -266,7 +287,7 @@ def bench_scale(work: Path, rows: int) -> dict[str, Any]:
             assert len(recovered) == IN_FLIGHT_ROWS, len(recovered)
             # put them back in flight for the next repetition
             raw = sqlite3.connect(path, isolation_level=None)
-            raw.execute("UPDATE operations SET state = 'IN_FLIGHT' WHERE state = 'UNKNOWN'")
+            raw.execute(PUT_BACK_IN_FLIGHT, (DEAD_WORKER,))
             raw.close()
         conn = ledger.store._conn  # type: ignore[attr-defined]
         traced: list[str] = []

@@ -46,7 +46,7 @@ def _round(ledger: SqliteLedger, path: Path, ids: list[str], rng: random.Random)
     if len(found) != 10 or len(recovered) != 10:
         raise RuntimeError(f"{path.name}: {len(found)} in flight, {len(recovered)} recovered")
     raw = sqlite3.connect(path, isolation_level=None)
-    raw.execute("UPDATE operations SET state = 'IN_FLIGHT' WHERE state = 'UNKNOWN'")
+    raw.execute(bench_ledger.PUT_BACK_IN_FLIGHT, (bench_ledger.DEAD_WORKER,))
     raw.close()
     # Cold reads: distinct ids, on a ledger opened for them, so no row comes
     # from the process's memo of decoded rows (which serves repeats in O(1)).

@@ -155,3 +155,26 @@ def test_quick_async_bench_counts_every_effect_once(tmp_path: Path) -> None:
         assert doc["results"]["effects_per_s"][name]["n"] == 2
         assert doc["results"]["effects_per_s"][name]["median"] > 0
     assert doc["results"]["ratio_effectgate_over_baseline"]["n"] == 2
+
+
+def test_bulk_ledger_rows_are_readable_and_recoverable(common: Any, tmp_path: Path) -> None:
+    # The ledger refuses an IN_FLIGHT row without the worker that claimed it
+    # as damaged; the scaling benchmarks' bulk fill must write what a real
+    # kill leaves (a claimed attempt of a worker proven gone), and their reset
+    # between repetitions must too, or the benchmarks stop at the first read.
+    import bench_ledger
+
+    from effectgate.ledger import OpState, SqliteLedger
+
+    path = tmp_path / "bulk.sqlite3"
+    ids = bench_ledger._bulk_ledger(path, 1000)
+    assert len(ids) == 1000
+    for _ in range(2):
+        with SqliteLedger(path) as ledger:
+            assert len(ledger.list(states=[OpState.IN_FLIGHT])) == bench_ledger.IN_FLIGHT_ROWS
+            recovered = ledger.recover_in_flight()
+            assert len(recovered) == bench_ledger.IN_FLIGHT_ROWS
+            assert {op.state for op in recovered} == {OpState.UNKNOWN}
+        raw = sqlite3.connect(path, isolation_level=None)
+        raw.execute(bench_ledger.PUT_BACK_IN_FLIGHT, (bench_ledger.DEAD_WORKER,))
+        raw.close()
