@@ -6,7 +6,10 @@
 
 Each benchmark runs in its own process (so no patch or import state leaks
 from one to the next), in this order: floor, side_effect, storage (leaves the
-long threads for resume), resume, restart, concurrency, recovery, ledger. All
+long threads for resume), resume, restart, concurrency, async, storage_large
+(200 KiB tool results), answers (the answer protocol's own cost), postgres
+(needs the PostgreSQL server of ``EFFECTGATE_TEST_POSTGRES``, default the local
+one), recovery, ledger. All
 scratch files go to one work directory on the same disk (``--work-dir``,
 default a new directory under the system temp dir), removed at the end unless
 ``--keep-work``. ``make bench`` runs the full suite.
@@ -36,6 +39,9 @@ BENCHES = [
     "restart",
     "concurrency",
     "async",
+    "storage_large",
+    "answers",
+    "postgres",
     "recovery",
     "ledger",
 ]
@@ -103,8 +109,8 @@ def _target_time_commits(se: dict[str, Any]) -> list[str]:
     eg, base = r["commits_per_effect"]["effectgate"], r["commits_per_effect"]["baseline"]
     return [
         _row(
-            "time per approved side effect / baseline", "<= 1.10x", _f(ratio, "x"),
-            _verdict(ratio["median"], 1.10), "1.00x",
+            "time per approved side effect / baseline (SQLite, sync)", "<= 1.00x", _f(ratio, "x"),
+            _verdict(ratio["median"], 1.00), "1.00x",
         ),
         _row(
             "durable (fsync'd) commits per side effect", "<= 8",
@@ -114,12 +120,113 @@ def _target_time_commits(se: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _target_async(doc: dict[str, Any]) -> list[str]:
+    # bench_async reports side effects per second; time per effect is its inverse.
+    rate = doc["results"]["ratio_effectgate_over_baseline"]
+    time_ratio = {
+        "median": 1 / rate["median"], "min": 1 / rate["max"], "max": 1 / rate["min"],
+    }  # fmt: skip
+    return [
+        _row(
+            "time per approved side effect / baseline (async, "
+            f"{doc['params']['threads']} threads at once)",
+            "<= 1.00x",
+            _f(time_ratio, "x"),
+            _verdict(time_ratio["median"], 1.00),
+            "1.00x",
+        )
+    ]
+
+
+def _target_postgres(doc: dict[str, Any]) -> list[str]:
+    r = doc["results"]
+    ratio = (r.get("ratio_effectgate_over_langgraph_time_per_effect") or {}).get("1")
+    if ratio is None:
+        return []
+    when = f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}"
+    if not isinstance(ratio, dict):  # a ratio of the rounds' medians
+        ratio = {"median": float(ratio)}
+    text = _f(ratio, "x") if "min" in ratio else f"{ratio['median']:.2f}x (of medians)"
+    return [
+        _row(
+            "time per approved side effect / LangGraph + PostgresSaver (one worker; "
+            f"bench_postgres.py, {when}, load {doc['machine'].get('load_avg_1m')})",
+            "<= 1.10x",
+            text,
+            _verdict(ratio["median"], 1.10),
+            "1.00x",
+        )
+    ]
+
+
+def _target_restart(doc: dict[str, Any]) -> list[str]:
+    r = doc["results"]
+    eg, base = r["effectgate"], r["baseline"]
+    rec = r.get("recover_ratio") or {
+        "median": eg["recover_to_effect_ms"]["median"] / base["recover_to_effect_ms"]["median"],
+        "min": None,
+    }
+    rec_text = _f(rec, "x") if rec.get("min") is not None else f"{rec['median']:.2f}x (medians)"
+    total = r["effectgate_over_baseline"]
+    return [
+        _row(
+            "restart after a kill: recovery -> first effect / baseline's",
+            "<= 1.5x", f"{rec_text}; {_f(eg['recover_to_effect_ms'], ' ms', 1)}",
+            _verdict(rec["median"], 1.5), _f(base["recover_to_effect_ms"], " ms", 1),
+        ),
+        _row(
+            "restart after a kill: process start -> first effect / baseline's", "<= 1.05x",
+            f"{_f(total, 'x')}; {_f(eg['total_ms'], ' ms', 0)}", _verdict(total["median"], 1.05),
+            _f(base["total_ms"], " ms", 0),
+        ),
+    ]  # fmt: skip
+
+
+def _target_open_resume(rs: dict[str, Any]) -> list[str]:
+    r = rs["results"]
+    out = []
+    for n in rs["params"]["sizes"]:
+        ratio = r.get(f"effectgate_over_baseline_at_{n}")
+        if ratio is None:
+            continue
+        out.append(
+            _row(
+                f"open + resume at review after {n} call(s) / baseline",
+                "<= 1.10x",
+                _f(ratio, "x"),
+                _verdict(ratio["median"], 1.10),
+                "1.00x",
+            )
+        )
+    return out
+
+
+def _target_answers(doc: dict[str, Any]) -> list[str]:
+    r = doc["results"]
+    checks, nothing = r["checks"], r["answers_that_run_nothing"]
+    return [
+        _row(
+            "answer protocol's checks (binding, read-back of recorded decisions) per review",
+            "reported", f"{_f(checks['checks_ms_per_review'], ' ms', 3)}, "
+            f"{_f(checks['checks_share_of_step'], '', 3)} of the step", "reported", "-",
+        ),
+        _row(
+            "an answer repeated / refused (refusal written to the ledger), per call",
+            "reported", f"{_f(nothing['repeat'], ' ms')} / {_f(nothing['refusal'], ' ms')}",
+            "reported", "-",
+        ),
+    ]  # fmt: skip
+
+
 def _target_storage(st: dict[str, Any]) -> list[str]:
     g = st["results"]["effectgate"]["total_kib_per_call"]
     b = st["results"]["baseline"]["total_kib_per_call"]
+    size = st["params"].get("result_kib")
+    kind = f"{size} KiB tool results" if size else "small messages"
     return [
         _row(
-            f"storage growth per call, last 1/4 / first 1/4 of {st['params']['calls']} calls",
+            f"storage growth per call, last 1/4 / first 1/4 of {st['params']['calls']} calls "
+            f"({kind})",
             "<= 1.5x", f"{g['ratio']}x ({g['first_quarter']} -> {g['last_quarter']} KiB)",
             _verdict(g["ratio"], 1.5), f"{b['ratio']}x",
         )
@@ -184,14 +291,35 @@ def _target_recovery(rc: dict[str, Any]) -> list[str]:
 
 
 def _targets(docs: dict[str, Any]) -> list[str]:
+    """The targets safety must meet at no cost, each with its verdict (or "not measured")."""
     rows = [
         "| target | bound | effectgate, median (min-max) | verdict | baseline |",
         "|---|---|---|---|---|",
     ]
-    if docs.get("side_effect"):
-        rows += _target_time_commits(docs["side_effect"])
-    if docs.get("storage"):
-        rows += _target_storage(docs["storage"])
+    parts = [
+        ("side_effect", _target_time_commits),
+        ("async", _target_async),
+        ("postgres", _target_postgres),
+        ("resume", _target_open_resume),
+        ("restart", _target_restart),
+        ("storage", _target_storage),
+        ("storage_large", _target_storage),
+        ("answers", _target_answers),
+    ]
+    for name, part in parts:
+        if docs.get(name):
+            rows += part(docs[name])
+        else:
+            rows.append(_row(f"({name}: no results/{name}.json)", "-", "-", "not measured", "-"))
+    return rows
+
+
+def _earlier_targets(docs: dict[str, Any]) -> list[str]:
+    """Scaling targets set before (still checked on every run)."""
+    rows = [
+        "| target | bound | effectgate, median (min-max) | verdict | baseline |",
+        "|---|---|---|---|---|",
+    ]
     if docs.get("resume"):
         rows += _target_resume(docs["resume"])
     if docs.get("recovery"):
@@ -399,9 +527,14 @@ def render(results: Path, meta: dict[str, Any]) -> str:
     docs: dict[str, Any] = {n: _load(results, n) for n in [*names, "ledger"]}
     sections = [
         ("Targets", _targets(docs)),
+        ("Earlier targets (scaling)", _earlier_targets(docs)),
         ("Per approved side effect", _per_effect(docs, "side_effect")),
         ("Raw floor: durable SQLite commits on this disk", _floor(docs)),
         ("Storage over one long thread", _storage(docs.get("storage"), ["baseline", "effectgate"])),
+        (
+            "Storage over one long thread, 200 KiB tool results",
+            _storage(docs.get("storage_large"), ["baseline", "effectgate"]),
+        ),
         ("Resume a thread paused at review", _resume(docs.get("resume"))),
         ("Restart after a kill: process start to first effect", _restart(docs.get("restart"))),
         (
