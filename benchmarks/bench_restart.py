@@ -14,12 +14,23 @@ The tool writes the clock on its first call and exits. Reported: spawn →
 first effect, split into interpreter start, imports + open, and recovery up to
 the effect. The systems take turns, the order rotating by repeat.
 
+Both systems start from bytecode, as installed packages do (pip compiles a
+wheel's modules when it installs them): effectgate's sources are compiled
+once before the runs (``compile_sources``). Without that step, under
+``PYTHONDONTWRITEBYTECODE=1`` an editable checkout compiles every effectgate
+module in every child, while LangChain's modules load from the ``.pyc`` files
+pip wrote, which charges effectgate (and the baseline, for the
+``effectgate.models`` and ``effectgate.tools`` modules it imports) for
+compilation no installed deployment does.
+
 Usage: ``python benchmarks/bench_restart.py`` (writes results/restart.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import json
 import os
 import shutil
@@ -74,6 +85,21 @@ def child_recover(system: str, root: Path, calls: int, out: Path) -> None:
     raise SystemExit("recovery dispatched no effect")
 
 
+def compile_sources() -> bool:
+    """Byte-compile the ``effectgate`` package in place (``__pycache__``, as pip does at install).
+
+    Returns:
+        ``True`` if every module compiled (or its bytecode was already up to date).
+    """
+    spec = importlib.util.find_spec("effectgate")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    ok = True
+    for where in spec.submodule_search_locations:
+        ok = bool(compileall.compile_dir(where, quiet=1)) and ok
+    return ok
+
+
 def _template(system: str, calls: int) -> Path:
     path = c.work_dir("restart_templates") / system
     cmd = [sys.executable, __file__, "--crash", system, str(path), str(calls)]
@@ -104,6 +130,8 @@ def _measure(src: Path, system: str, calls: int) -> dict[str, float]:
 
 def run(calls: int, repeats: int) -> dict[str, Any]:
     """Spawn-to-first-effect per system, interleaved, plus the paired ratio."""
+    if not compile_sources():
+        c.log("  could not byte-compile effectgate: its children compile it at every start")
     sources = {s: _template(s, calls) for s in SYSTEMS}
     got: dict[str, list[dict[str, float]]] = {s: [] for s in SYSTEMS}
     for r in range(repeats):

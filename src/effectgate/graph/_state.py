@@ -138,7 +138,16 @@ class SizedDeltaChannel(DeltaChannel[Any]):
             ``LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT`` supersteps, 5000).
     """
 
-    __slots__ = ("_asked", "_base", "_declined", "_polled", "_seed", "_since", "max_updates")
+    __slots__ = (
+        "_asked",
+        "_base",
+        "_declined",
+        "_polled",
+        "_seed",
+        "_since",
+        "_unmeasured",
+        "max_updates",
+    )
 
     GROWTH = 0.5
     """Snapshot when the bytes since the last snapshot reach this fraction of its size."""
@@ -163,6 +172,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         asking is noted (``_polled``), so the next write can tell a snapshot
         was taken (the checkpoint did not call ``checkpoint()``).
         """
+        self._settle()
         if self._asked:
             self._polled = True
             return 1
@@ -190,6 +200,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         self.max_updates = cap
         self._count_from(seed)
         self._since = since
+        self._unmeasured: list[Any] = []
         self._asked = self._polled = self._declined = False
         self._decide()
 
@@ -216,6 +227,7 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         new = self._new()
         new.value = self.value if self.value is MISSING else copy.copy(self.value)
         new._base, new._seed, new._since = self._base, self._seed, self._since
+        new._unmeasured = list(self._unmeasured)
         new._asked, new._polled, new._declined = self._asked, self._polled, self._declined
         return new
 
@@ -232,15 +244,18 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         return new
 
     def replay_writes(self, writes: Sequence[Any]) -> None:
-        """``DeltaChannel.replay_writes``, counting the replayed bytes as written since the seed."""
+        """``DeltaChannel.replay_writes``; the replayed bytes count as written since the seed."""
         super().replay_writes(writes)
-        self._since += sum(approx_bytes(w[2]) for w in writes)
-        self._decide()
+        # Measured when a decision is next needed (``_settle``): a load that
+        # only reads the state (``get_state``, a status, a run that stops
+        # before its first checkpoint) never sizes what it replayed.
+        self._unmeasured.extend(w[2] for w in writes)
 
     def update(self, values: Sequence[Any]) -> bool:
         """``DeltaChannel.update``, counting the bytes written."""
         if not values:
             return super().update(values)
+        self._settle()
         if self._polled:
             if not self._declined:
                 # The loop read "snapshot now" and did not take the plain
@@ -260,6 +275,13 @@ class SizedDeltaChannel(DeltaChannel[Any]):
         if self._polled:
             self._declined = True
         return super().checkpoint()
+
+    def _settle(self) -> None:
+        """Count the replayed writes not yet measured, then decide again."""
+        if self._unmeasured:
+            pending, self._unmeasured = self._unmeasured, []
+            self._since += sum(approx_bytes(v) for v in pending)
+            self._decide()
 
     def _decide(self) -> None:
         # since >= max(MIN_BYTES, GROWTH * snapshot), the snapshot's size read only if needed
