@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import re
 import threading
 import time
 import uuid
@@ -30,7 +31,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.constants import TASKS
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
@@ -46,7 +47,7 @@ from effectgate.errors import ConfigError, DecisionError, LedgerError, ThreadBus
 from effectgate.graph._build import AgentParts, build_agent
 from effectgate.graph._messages import pending_calls
 from effectgate.graph._policy import Policy
-from effectgate.graph._saver import StepDurableSaver
+from effectgate.graph._saver import StepDurableSaver, head_state
 from effectgate.graph._state import effect_node_name
 from effectgate.ledger import Approval, Lease, Ledger, Operation, OpState, ThreadRecord
 from effectgate.retention import PrunePolicy, PruneReport, prune, refuse_deleted
@@ -931,6 +932,9 @@ class Agent:
         # the remembered head is older than what was read and ``resume`` takes
         # the full path; read after, a newer head could vouch for stale interrupts.
         head = self._head(thread_id)
+        waiting = self._waiting_at_head(thread_id, head)
+        if waiting is not None:
+            return waiting
         snapshot = self.graph.get_state(self._config(thread_id))
         self._used[thread_id] = _operation_ids(snapshot.values.get("messages", []))
         ops = self.ledger.list(thread_id=thread_id)
@@ -969,6 +973,64 @@ class Agent:
             operations=ops,
             final_message=_refused_repeat(messages) or _final_text(messages),
         )
+
+    def _waiting_at_head(self, thread_id: str, head: _Head | None) -> RunResult | None:
+        """``_status`` of a thread waiting at interrupts, without rebuilding its messages.
+
+        ``get_state`` deserializes the whole message history (O(thread
+        length)) though a thread paused at an interrupt needs only the head's
+        tasks and interrupts (``head_state``) and, for ``_with_shared``, the
+        other threads' operations its tool messages name, which a byte scan
+        of the stored messages rules out (``_no_shared_named``). ``None``
+        whenever any part is not clearly covered: ``_status`` then takes the
+        full path, which gives the same result for what this one answers.
+        """
+        saver = self.graph.checkpointer
+        if head is None or not isinstance(saver, StepDurableSaver):
+            return None
+        state = head_state(self.graph, saver, self._config(thread_id))
+        if state is None or state.checkpoint["id"] != head.checkpoint_id or not state.interrupts:
+            return None  # moved since the head was read, or not waiting: the full path says why
+        if self._missing_nodes(thread_id, state, checkpoint=state.checkpoint):
+            return None  # the full path words the refusal
+        interrupts = self._interrupts(state)
+        pending = self._open(thread_id, interrupts)
+        if not pending:
+            return None  # every review already decided: what runs next is the full path's
+        ops = self.ledger.list(thread_id=thread_id)
+        if not self._no_shared_named(thread_id, saver, ops):
+            return None
+        # Only the other threads' operations named matter to ``_with_shared``:
+        # it drops this thread's own, so an empty set stands for the full one.
+        self._used[thread_id] = frozenset()
+        self._stops[thread_id] = _Stop(head=head, interrupts=interrupts)  # as ``_status`` does
+        return _waiting_result(thread_id, pending, ops)
+
+    @staticmethod
+    def _no_shared_named(thread_id: str, saver: StepDurableSaver, ops: Sequence[Operation]) -> bool:
+        """Whether the thread's tool messages name only its own operations (``_operation_ids``).
+
+        ``_operation_ids`` reads ``"operation_id": "<id>"`` out of a tool
+        message's JSON text; msgpack keeps that text as its UTF-8 bytes in a
+        stored write or snapshot of ``messages``. When every occurrence of the
+        key in those bytes (``StepDurableSaver.raw_mentions``, every branch of
+        the thread: a superset) is followed by one of ``ops``' ids as a plain
+        JSON string, whatever ``_operation_ids`` would find is among ``ops``.
+        Anything else (an escape in the string, another id, another layout,
+        another serializer) answers ``False``: read the messages.
+        """
+        blobs = saver.raw_mentions(thread_id, "messages", _OPERATION_KEY)
+        if blobs is None:
+            return False
+        own = {op.operation_id.encode() for op in ops}
+        for blob in blobs:
+            if b"\\u" in blob:
+                return False  # an escaped key ("operation\\u005fid") would hide from the scan
+            for at in _OPERATION_KEY_RE.finditer(blob):
+                named = _OPERATION_VALUE_RE.match(blob, at.end())
+                if named is None or named.group(1) not in own:
+                    return False
+        return True
 
     def messages(self, thread_id: str) -> list[AnyMessage]:
         """Return the thread's current message history."""
@@ -1033,7 +1095,9 @@ class Agent:
         found = saver.head(thread_id)
         return None if found is None else _Head(checkpoint_id=found[0], writes=found[1])
 
-    def _missing_nodes(self, thread_id: str, snapshot: Any) -> list[str]:
+    def _missing_nodes(
+        self, thread_id: str, snapshot: Any, *, checkpoint: Checkpoint | None = None
+    ) -> list[str]:
         # LangGraph drops pending tasks for nodes the graph does not have
         # ("Ignoring unknown node name ...") and would call the thread done:
         # an agent rebuilt without a tool must say so, not lose the call.
@@ -1052,11 +1116,14 @@ class Agent:
             for action in value.get("action_requests", ()) if value.get("type") == "review" else ():
                 if action.get("effect_kind") != "read":  # a gated read runs in "tools"
                     wanted.add(effect_node_name(str(action.get("name"))))
+        # Sends to a node the graph lacks are not among ``snapshot.tasks``: read
+        # them from the checkpoint (``checkpoint``: the one the snapshot was read from).
         saver = self.graph.checkpointer
-        if isinstance(saver, BaseCheckpointSaver):
+        if checkpoint is None and isinstance(saver, BaseCheckpointSaver):
             stored = saver.get_tuple(self._config(thread_id))
-            sends = stored.checkpoint["channel_values"].get(TASKS, []) if stored else []
-            wanted |= {send.node for send in sends if isinstance(send, Send)}
+            checkpoint = stored.checkpoint if stored else None
+        sends = checkpoint["channel_values"].get(TASKS, []) if checkpoint else []
+        wanted |= {send.node for send in sends if isinstance(send, Send)}
         return sorted(wanted - set(self.graph.nodes))  # "tool x" is never a node name
 
     def _check_nodes(self, thread_id: str, snapshot: Any) -> None:
@@ -1186,6 +1253,11 @@ def _operation_ids(messages: Sequence[Any]) -> frozenset[str]:
             ids.add(payload["operation_id"])
     return frozenset(ids)
 
+
+_OPERATION_KEY = b'"operation_id"'
+_OPERATION_KEY_RE = re.compile(re.escape(_OPERATION_KEY))
+_OPERATION_VALUE_RE = re.compile(rb'\s*:\s*"([^"\\]*)"')
+"""After the key: ``: "<id>"`` with no escape in the id (JSON's own spacing allowed)."""
 
 _STOPPED_MID_STEP = (
     "a run stopped before finishing its step (killed or stopped): resume continues it"

@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._typing import MISSING
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
@@ -64,11 +66,15 @@ from langgraph.checkpoint.sqlite._delta import (
     build_delta_channels_writes_history,
     build_delta_stage2_sql,
 )
+from langgraph.pregel._algo import prepare_next_tasks
+from langgraph.pregel._checkpoint import channels_from_checkpoint
+from langgraph.pregel.debug import tasks_w_writes
+from langgraph.types import Interrupt, PregelTask
 
 from effectgate._recent import Recent
 from effectgate.errors import CheckpointCorruptError
 
-__all__ = ["StepDurableSaver"]
+__all__ = ["HeadState", "StepDurableSaver", "head_state"]
 
 
 class _AsyncInThreads:
@@ -256,6 +262,38 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
                 (thread_id, checkpoint_ns, row[0]),
             ).fetchall()
         return str(row[0]), tuple(tuple(w) for w in writes)
+
+    def raw_mentions(
+        self, thread_id: str, channel: str, marker: bytes
+    ) -> builtins.list[bytes] | None:
+        """The stored blobs of a thread that may hold ``channel``'s values and contain ``marker``.
+
+        A byte-level superset, read without deserializing anything: the
+        writes to ``channel`` and the checkpoints (whose ``channel_values``
+        hold the channel's snapshots) of every namespace and branch of the
+        thread, kept only when their bytes contain ``marker`` (SQLite's
+        ``instr``). A value that reaches the channel's current value is in one
+        of those blobs, as msgpack stores strings as their UTF-8 bytes.
+
+        Returns:
+            The matching blobs (checkpoints, then writes), or ``None`` when a
+            candidate row is not plain msgpack (another serializer, an
+            encrypted one): its bytes say nothing about its strings.
+        """
+        with self.cursor(transaction=False) as cur:
+            rows = cur.execute(
+                "SELECT type, checkpoint FROM checkpoints WHERE thread_id = ? "
+                "AND (type IS NOT 'msgpack' OR instr(checkpoint, ?) > 0)",
+                (thread_id, marker),
+            ).fetchall()
+            rows += cur.execute(
+                "SELECT type, value FROM writes WHERE thread_id = ? AND channel = ? "
+                "AND (type IS NOT 'msgpack' OR instr(value, ?) > 0)",
+                (thread_id, channel, marker),
+            ).fetchall()
+        if any(kind != "msgpack" or not isinstance(blob, bytes) for kind, blob in rows):
+            return None
+        return [bytes(blob) for _, blob in rows]
 
     def put_writes(
         self,
@@ -467,6 +505,91 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
 _UNREADABLE = (TypeError, KeyError, ValueError, AttributeError, IndexError)
 """What LangGraph's deserializer raises on damaged bytes (msgpack and JSON errors are
 ``ValueError``s); ``sqlite3.DatabaseError`` is left as it is (a damaged file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadState:
+    """What runs next at a thread's head checkpoint, read without its ``DeltaChannel`` values."""
+
+    checkpoint: Checkpoint
+    """The head checkpoint as stored (its ``DeltaChannel`` values not rebuilt)."""
+    tasks: tuple[PregelTask, ...]
+    """``StateSnapshot.tasks`` of ``get_state`` (names, errors, pending interrupts, in order);
+    their ``state`` and ``result`` are not filled in."""
+    interrupts: tuple[Interrupt, ...]
+    """``StateSnapshot.interrupts`` of ``get_state``: the interrupts still waiting, in order."""
+
+
+def head_state(graph: Any, saver: StepDurableSaver, config: RunnableConfig) -> HeadState | None:
+    """The tasks and pending interrupts ``graph.get_state(config)`` would report, read cheaply.
+
+    ``get_state`` rebuilds every channel, and a ``DeltaChannel`` (effectgate's
+    ``messages``) by deserializing its history: most of its cost, O(thread
+    length). Which tasks run next and what they wait for do not depend on
+    those values when no node is triggered by such a channel: task ids and
+    names come from the checkpoint's versions and its ``TASKS`` (``Send``)
+    list, errors and interrupts from the head's pending writes. This runs
+    LangGraph's own steps of ``get_state`` (``prepare_next_tasks``,
+    ``tasks_w_writes`` in its live mode) on the other channels.
+
+    Args:
+        graph: the compiled graph (a ``Pregel``) whose checkpointer is ``saver``.
+        saver: the thread's saver.
+        config: ``{"configurable": {"thread_id": ...}}`` of the thread's root
+            namespace, with no ``checkpoint_id`` (the head).
+
+    Returns:
+        The head's ``HeadState``, or ``None`` when this reading is not known
+        to match ``get_state`` (no checkpoint, a ``checkpoint_id`` or
+        namespace in ``config``, subgraphs, a node triggered by a skipped
+        channel, a checkpoint older than format 4): use ``get_state``.
+
+    Raises:
+        CheckpointCorruptError: as ``StepDurableSaver.get_tuple``.
+    """
+    conf = config.get("configurable", {})
+    if conf.get("checkpoint_id") or conf.get("checkpoint_ns") or graph.config:
+        return None
+    skip = {k for k, spec in graph.channels.items() if isinstance(spec, DeltaChannel)}
+    for node in graph.nodes.values():
+        # A node triggered by a skipped channel, or reading only that one
+        # channel, runs or not depending on its value: only get_state can say.
+        if skip.intersection(node.triggers) or (
+            isinstance(node.channels, str) and node.channels in skip
+        ):
+            return None
+    if next(iter(graph.get_subgraphs()), None) is not None:
+        return None  # subgraph tasks and namespaces: get_state's own path
+    saved = saver.get_tuple(config)
+    if saved is None or saved.checkpoint.get("v", 0) < 4:
+        return None  # older layouts are migrated by get_state (``_migrate_checkpoint``)
+    specs = {k: v for k, v in graph.channels.items() if k not in skip}
+    loaded, managed = channels_from_checkpoint(
+        specs, saved.checkpoint, saver=saver, config=saved.config
+    )
+    # An empty stand-in for each skipped channel: a node reading several
+    # channels gets a task whatever their values (its input is a mapping).
+    channels = {**loaded, **{k: graph.channels[k].from_checkpoint(MISSING) for k in skip}}
+    step = saved.metadata.get("step", -1) + 1
+    next_tasks = prepare_next_tasks(
+        saved.checkpoint,
+        saved.pending_writes or [],
+        graph.nodes,
+        channels,
+        managed,
+        saved.config,
+        step,
+        step + 2,
+        for_execution=False,
+    )
+    tasks = tasks_w_writes(
+        next_tasks.values(), saved.pending_writes, None, graph.stream_channels_asis, live=True
+    )
+    return HeadState(
+        checkpoint=saved.checkpoint,
+        tasks=tasks,
+        interrupts=tuple(i for task in tasks for i in task.interrupts),
+    )
 
 
 _CHECKPOINT_MAPS = ("channel_values", "channel_versions", "versions_seen")
