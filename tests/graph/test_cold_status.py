@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from effectgate._app import StateDir, open_agent
 from effectgate.demo.services import DemoServices
-from effectgate.errors import OutcomeUnknown
+from effectgate.errors import ConfigError, OutcomeUnknown
 from effectgate.graph import Agent, RunStatus
 from effectgate.graph._saver import StepDurableSaver, head_state
 from effectgate.models import ScriptedChatModel, load_script
@@ -248,3 +248,65 @@ def test_a_thread_naming_another_threads_operation_takes_the_full_path(
         assert _compare(opener, thread) is False
     with opener() as agent:
         assert [op.thread_id for op in agent.status("tuesday").shared_operations] == ["monday"]
+
+
+def _spied_resume(
+    agent: Agent, thread: str, *, cheap: bool = True, answered: list[bool] | None = None
+) -> tuple[Any, list[bool]]:
+    """``agent.resume(thread)``, recording whether ``_continue_at_head`` answered."""
+    answered = [] if answered is None else answered
+    original = agent._continue_at_head
+
+    def spy(thread_id: str) -> Any:
+        found = original(thread_id) if cheap else None
+        answered.append(found is not None)
+        return found
+
+    agent._continue_at_head = spy  # type: ignore[method-assign]
+    return agent.resume(thread), answered
+
+
+def test_resuming_an_errored_task_without_answers_matches_the_full_path(tmp_path: Path) -> None:
+    """Tasks left and no interrupt: the cheap path runs them, as the full path does."""
+    opener = _errored(tmp_path / "state")
+    with opener() as agent:
+        fast, answered = _spied_resume(agent, "t")
+    assert answered == [True]
+    with opener() as agent:
+        full, answered = _spied_resume(agent, "t", cheap=False)
+    assert answered == [False]
+    assert (fast.status, fast.error, fast.operations) == (full.status, full.error, full.operations)
+    assert "the model is down" in str(fast.error)
+
+
+@pytest.mark.parametrize("shape", ["one review", "finished", "not started"])
+def test_resuming_without_answers_steps_aside_where_nothing_is_left_to_run(
+    tmp_path: Path, shape: str
+) -> None:
+    """A thread at an interrupt, done or never run is the full path's to report or start."""
+    opener = SHAPES[shape][0](tmp_path / "state")
+    answered: list[bool] = []
+    with opener() as agent:
+        try:
+            _spied_resume(agent, "t", answered=answered)
+        except ConfigError:
+            assert shape == "not started"  # never begun, no record: "unknown thread"
+    assert answered == [False]
+
+
+def test_recovery_after_a_kill_takes_the_cheap_path_and_acts_once(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A worker killed after claiming the file write: the next resume runs on without
+    loading the messages first, and the world holds one ticket, one mail, one file."""
+    from effectgate._failpoints import EXIT_CODE, Failpoint
+    from tests.conftest import run_worker
+    from tests.crash.test_graph_crash import assert_incident_done_once
+
+    spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file"
+    assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
+    with _incident(state_dir, services) as agent:
+        result, answered = _spied_resume(agent, "t1")
+    assert answered == [True]
+    assert result.status is RunStatus.DONE, result.error
+    assert_incident_done_once(state_dir, "t1")

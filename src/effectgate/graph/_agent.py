@@ -618,6 +618,10 @@ class Agent:
                         self._stops[thread_id] = stop
                         return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
                     return self._run(thread_id, Command(resume=res.resume))
+        if decisions is None and not verdicts and not answers:
+            recovered = self._continue_at_head(thread_id)
+            if recovered is not None:
+                return recovered
         snapshot = self.graph.get_state(self._config(thread_id))
         self._used[thread_id] = _operation_ids(snapshot.values.get("messages", []))
         if snapshot.metadata is None:
@@ -666,6 +670,34 @@ class Agent:
                 "(was it answered elsewhere?)"
             )
         return self._status(thread_id)
+
+    def _continue_at_head(self, thread_id: str) -> RunResult | None:
+        """Run on a thread stopped mid-step (a kill), without loading its messages first.
+
+        What ``_resume`` does for a resume with no answers when the head
+        checkpoint has tasks left and no interrupt: check that every node they
+        need exists, then run (``_run(None)``). The run loads the state
+        itself; ``get_state`` before it loaded the whole message history once
+        more only to learn what ``head_state`` reads from the head checkpoint
+        (the tasks) and what the byte scan of ``_no_shared_named`` shows (the
+        thread's tool messages name only its own operations). ``None``
+        whenever any part is not clearly covered (no checkpoint, interrupts,
+        no task, a missing node, another thread's operation named, another
+        saver): ``_resume`` then takes the full path, which words refusals.
+        """
+        saver = self.graph.checkpointer
+        if not isinstance(saver, StepDurableSaver):
+            return None
+        state = head_state(self.graph, saver, self._config(thread_id))
+        if state is None or state.interrupts or not state.tasks:
+            return None
+        if self._missing_nodes(thread_id, state, checkpoint=state.checkpoint):
+            return None
+        if not self._no_shared_named(thread_id, saver, self.ledger.list(thread_id=thread_id)):
+            return None
+        # Only other threads' operations matter to ``_with_shared`` (as in ``_waiting_at_head``).
+        self._used[thread_id] = frozenset()
+        return self._run(thread_id, None)
 
     def _judge_stale(
         self,
