@@ -129,32 +129,28 @@ def test_summary_states_unmet_targets(common: Any, tmp_path: Path) -> None:
         assert f"| ({name}: no results/{name}.json) | - | - | not measured | - |" in text
 
 
-def test_quick_floor_bench_writes_json(tmp_path: Path) -> None:
+def _quick_bench(tmp_path: Path, name: str, *args: str, timeout: float = 300) -> Any:
+    """Run ``benchmarks/bench_<name>.py`` in quick mode into ``tmp_path``; its JSON document."""
     env = {
         "EFFECTGATE_BENCH_QUICK": "1",
         "EFFECTGATE_BENCH_WORK": str(tmp_path / "work"),
         "EFFECTGATE_BENCH_RESULTS": str(tmp_path / "results"),
         "PATH": "/usr/bin:/bin",
     }
-    subprocess.run(
-        [sys.executable, str(BENCH / "bench_floor.py")], env=env, check=True, timeout=120
-    )
-    doc = json.loads((tmp_path / "results" / "floor.json").read_text())
+    cmd = [sys.executable, str(BENCH / f"bench_{name}.py"), *args]
+    subprocess.run(cmd, env=env, check=True, timeout=timeout)
+    return json.loads((tmp_path / "results" / f"{name}.json").read_text())
+
+
+def test_quick_floor_bench_writes_json(tmp_path: Path) -> None:
+    doc = _quick_bench(tmp_path, "floor", timeout=120)
     assert doc["quick"] is True
     assert doc["results"]["commits_per_s"]["wal_full"]["n"] == 2
     assert doc["results"]["commits_per_s"]["wal_normal"]["median"] > 0
 
 
 def test_quick_async_bench_counts_every_effect_once(tmp_path: Path) -> None:
-    env = {
-        "EFFECTGATE_BENCH_QUICK": "1",
-        "EFFECTGATE_BENCH_WORK": str(tmp_path / "work"),
-        "EFFECTGATE_BENCH_RESULTS": str(tmp_path / "results"),
-        "PATH": "/usr/bin:/bin",
-    }
-    cmd = [sys.executable, str(BENCH / "bench_async.py"), "--threads", "4", "--calls", "2"]
-    subprocess.run(cmd, env=env, check=True, timeout=300)
-    doc = json.loads((tmp_path / "results" / "async.json").read_text())
+    doc = _quick_bench(tmp_path, "async", "--threads", "4", "--calls", "2")
     assert doc["params"] == {"threads": 4, "calls_per_thread": 2, "rounds": 2}
     for name in ("baseline", "effectgate"):
         assert doc["results"]["effects_per_s"][name]["n"] == 2
@@ -186,15 +182,7 @@ def test_bulk_ledger_rows_are_readable_and_recoverable(common: Any, tmp_path: Pa
 
 
 def test_quick_answers_bench_times_the_checks_and_the_refusal(tmp_path: Path) -> None:
-    env = {
-        "EFFECTGATE_BENCH_QUICK": "1",
-        "EFFECTGATE_BENCH_WORK": str(tmp_path / "work"),
-        "EFFECTGATE_BENCH_RESULTS": str(tmp_path / "results"),
-        "PATH": "/usr/bin:/bin",
-    }
-    cmd = [sys.executable, str(BENCH / "bench_answers.py"), "--steps", "3", "--rounds", "2"]
-    subprocess.run(cmd, env=env, check=True, timeout=300)
-    doc = json.loads((tmp_path / "results" / "answers.json").read_text())
+    doc = _quick_bench(tmp_path, "answers", "--steps", "3", "--rounds", "2")
     checks = doc["results"]["checks"]
     # the review's checks ran (is_decided, resolve, the review node's check) and were timed
     assert checks["check_calls_per_review"] >= 2
