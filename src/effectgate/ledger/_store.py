@@ -287,8 +287,18 @@ class StoreTransaction(StoreReader, Protocol):
 class LedgerStore(Protocol):
     """A ledger backend: snapshots for reading, transactions for writing."""
 
-    def read(self) -> AbstractContextManager[StoreReader]:
-        """Open a read-only consistent snapshot."""
+    def read(self, *, single: bool = False) -> AbstractContextManager[StoreReader]:
+        """Open a read-only consistent snapshot.
+
+        Args:
+            single: the caller promises the block makes exactly one reader
+                call. One call is one statement, and one statement already
+                reads one consistent state, so a store may skip the snapshot
+                transaction around it (``PostgresLedgerStore`` then sends no
+                ``BEGIN`` and no ``ROLLBACK``, one round trip instead of two)
+                and may refuse a second statement with ``LedgerError``. A
+                block of several calls that must agree needs ``single=False``.
+        """
         ...
 
     def transaction(self, *, durable: bool = True) -> AbstractContextManager[StoreTransaction]:
