@@ -292,12 +292,13 @@ class LedgerStore(Protocol):
 
         Args:
             single: the caller promises the block makes exactly one reader
-                call. One call is one statement, and one statement already
-                reads one consistent state, so a store may skip the snapshot
-                transaction around it (``PostgresLedgerStore`` then sends no
-                ``BEGIN`` and no ``ROLLBACK``, one round trip instead of two)
-                and may refuse a second statement with ``LedgerError``. A
-                block of several calls that must agree needs ``single=False``.
+                call. A store whose reader calls are one statement each may
+                then skip the snapshot transaction around it, since one
+                statement already reads one consistent state
+                (``PostgresLedgerStore`` sends no ``BEGIN`` and no
+                ``ROLLBACK``: one round trip instead of two), and may refuse a
+                second statement with ``LedgerError``. A block of several
+                calls that must agree needs ``single=False``.
         """
         ...
 
