@@ -34,6 +34,13 @@ and counts per side effect the statements psycopg sends, the round trips
 (a pipeline's statements share one), the ``COMMIT``s, and where the time
 goes (``cProfile`` of the steps, main thread, and the client's CPU time);
 it writes ``results/postgres_roundtrips.json``.
+
+``--paired`` runs plain LangGraph and effectgate on PostgreSQL in this
+process, one thread each, and times their effects alternately (the order
+flips every pair): wall time and this process's CPU time
+(``time.process_time``) per effect, median and min-max over the pairs, and
+the median of the per-pair ratios; it writes ``results/postgres_paired.json``.
+Paired, a load spike hits both systems alike.
 """
 
 from __future__ import annotations
@@ -425,6 +432,47 @@ def count(admin_dsn: str, steps: int) -> dict[str, Any]:
     return out
 
 
+def paired(admin_dsn: str, pairs: int) -> dict[str, Any]:
+    """Per-effect wall and CPU time of both PG systems, alternating effect by effect."""
+    import os
+
+    import psycopg
+
+    from effectgate.testing.postgres import scratch_database, with_search_path
+
+    names = ("langgraph_pg", "effectgate_pg")
+    wall: dict[str, list[float]] = {s: [] for s in names}
+    cpu: dict[str, list[float]] = {s: [] for s in names}
+    with scratch_database(admin_dsn) as db:
+        systems: dict[str, c.System] = {}
+        try:
+            for s in names:
+                with psycopg.connect(db, autocommit=True) as conn:
+                    conn.execute(f'CREATE SCHEMA "paired_{s}"')
+                url = with_search_path(db, f"paired_{s}")
+                systems[s] = _open(s, url, c.work_dir("pgpaired"), pairs + 3)
+                systems[s].start("t")
+                systems[s].step("t")  # first-call costs (prepared plans, imports) out
+            for i in range(pairs):
+                for s in c.rotated(names, i):
+                    t0, cpu0 = time.perf_counter(), time.process_time()
+                    systems[s].step("t")
+                    wall[s].append(1000 * (time.perf_counter() - t0))
+                    cpu[s].append(1000 * (time.process_time() - cpu0))
+        finally:
+            for system in systems.values():
+                system.close()
+    out: dict[str, Any] = {
+        s: {"wall_ms": c.spread(wall[s], 2), "cpu_ms": c.spread(cpu[s], 2)} for s in names
+    }
+    out["ratio_effectgate_over_langgraph"] = {
+        key: c.spread([e / g for e, g in zip(v["effectgate_pg"], v["langgraph_pg"], strict=True)])
+        for key, v in (("wall", wall), ("cpu", cpu))
+    }
+    out["load_1m_after"] = round(os.getloadavg()[0], 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -434,6 +482,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--count", action="store_true", help="count round trips, one worker")
+    parser.add_argument("--paired", action="store_true", help="time both PG systems, alternating")
     args = parser.parse_args()
     if args.worker:
         s, url, d, t, n, sync = args.worker
@@ -449,6 +498,17 @@ def main() -> None:
         c.log("postgres: statements and round trips per side effect, one worker")
         counted = count(os.environ.get(ENV_DSN) or DEFAULT_DSN, steps)
         c.log(f"wrote {c.write_result('postgres_roundtrips', {'steps': steps}, counted)}")
+        return
+    if args.paired:
+        pairs = args.calls or (5 if q else 40)
+        c.log("postgres: LangGraph and effectgate alternating, one thread each, in this process")
+        timed_pairs = paired(os.environ.get(ENV_DSN) or DEFAULT_DSN, pairs)
+        c.log(
+            "  effectgate/langgraph per effect: wall "
+            f"{timed_pairs['ratio_effectgate_over_langgraph']['wall']}, "
+            f"cpu {timed_pairs['ratio_effectgate_over_langgraph']['cpu']}"
+        )
+        c.log(f"wrote {c.write_result('postgres_paired', {'pairs': pairs}, timed_pairs)}")
         return
     params: dict[str, Any] = {
         "workers": args.workers,

@@ -104,7 +104,7 @@ def readiness(agent: Agent, thread_id: str) -> Readiness:
     between) is ``UNFINISHED``: a worker resumes it, the answer stands.
     """
     ledger = agent.ledger
-    with ledger.store.read() as r:
+    with ledger.store.read(single=True) as r:
         lease = r.get_lease(thread_id)
     if (
         lease is not None

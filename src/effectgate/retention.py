@@ -213,13 +213,13 @@ class PruneReport:
 
 def tombstone_of(ledger: Ledger, thread_id: str) -> ThreadTombstone | None:
     """Return the tombstone of a deleted thread, or ``None`` if it was not deleted."""
-    with ledger.store.read() as r:
+    with ledger.store.read(single=True) as r:
         return r.get_thread_tombstone(thread_id)
 
 
 def deleted_threads(ledger: Ledger) -> dict[str, ThreadTombstone]:
     """Return every deleted thread's tombstone, by thread id."""
-    with ledger.store.read() as r:
+    with ledger.store.read(single=True) as r:
         return {t.thread_id: t for t in r.list_thread_tombstones()}
 
 

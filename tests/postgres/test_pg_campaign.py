@@ -14,6 +14,7 @@ import dataclasses
 import pytest
 
 from effectgate.testing.campaign import System, TrialResult, plan_trials, run_campaign
+from effectgate.testing.campaign._harness import PG_WORKERS_KILL_SPAN_S
 from effectgate.testing.campaign._pgworkers import THREADS
 from effectgate.testing.postgres import ENV_DSN
 
@@ -43,7 +44,7 @@ def test_plan_maps_every_scenario_to_a_worker_scenario() -> None:
         "AFTER_REVIEW_RECORDED#1",
         "AFTER_REVIEW_RECORDED#2",
     ]
-    assert all(s.kill_span_s >= 4.0 for s in specs)
+    assert all(s.kill_span_s >= PG_WORKERS_KILL_SPAN_S for s in specs)
 
 
 def test_workers_killed_at_random_and_at_a_seam_repeat_and_lose_nothing(

@@ -247,3 +247,34 @@ def test_an_unknown_state_cannot_be_written(postgres_url: str) -> None:
         pytest.raises(psycopg.errors.CheckViolation),
     ):
         conn.execute("UPDATE ledger_operations SET state = 'SUCCEEDED '")
+
+
+def test_a_single_read_runs_without_a_transaction_and_refuses_a_second_statement(
+    postgres_url: str,
+) -> None:
+    """read(single=True): one statement on the autocommit connection; a second is refused.
+
+    A plain read() keeps its REPEATABLE READ snapshot: a commit made between its
+    two statements is not seen by the second.
+    """
+    idle = psycopg.pq.TransactionStatus.IDLE
+    with PostgresLedger(postgres_url, clock=FakeClock()) as ledger:
+        req = make_request()
+        ledger.record_review([req], [make_approval(req, FakeClock())])
+        store = ledger.store
+        assert isinstance(store, PostgresLedgerStore)
+        with store.read(single=True) as r:
+            assert r.get_operation(req.operation_id) is not None
+            session = r._conn  # type: ignore[attr-defined]
+            assert session._conn.info.transaction_status is idle  # no BEGIN was sent
+            with pytest.raises(errors.LedgerError, match="second statement"):
+                r.get_thread(req.thread_id)
+        with store.read(single=True) as r:  # the connection went back clean
+            assert r.approvals(req.operation_id)
+        other = make_request("t1:c2")
+        with store.read() as r:
+            assert r.get_operation(other.operation_id) is None
+            assert r._conn._conn.info.transaction_status is not idle  # type: ignore[attr-defined]
+            ledger.record_review([other], [make_approval(other, FakeClock())])
+            assert r.get_operation(other.operation_id) is None  # the snapshot holds
+        assert ledger.get(other.operation_id) is not None

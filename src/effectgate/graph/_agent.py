@@ -1119,10 +1119,18 @@ class Agent:
         process made it. ``resume`` compares it with what its own last run
         left to decide whether that run's interrupts are still the pending
         ones. ``None`` (never equal to a remembered head) for a thread without
-        checkpoints or a saver other than ``StepDurableSaver``.
+        checkpoints or a saver other than ``StepDurableSaver`` and
+        ``StepDurablePostgresSaver``.
         """
+        import sys
+
         saver = self.graph.checkpointer
-        if not isinstance(saver, StepDurableSaver):
+        # The PostgreSQL saver's module is loaded whenever such a saver exists;
+        # looking it up instead of importing it keeps psycopg out of SQLite runs.
+        pg = sys.modules.get("effectgate.graph._pg_saver")
+        if not isinstance(saver, StepDurableSaver) and not (
+            pg is not None and isinstance(saver, pg.StepDurablePostgresSaver)
+        ):
             return None  # other savers: always the full path
         found = saver.head(thread_id)
         return None if found is None else _Head(checkpoint_id=found[0], writes=found[1])

@@ -26,10 +26,12 @@ Commit", 30.4, and ``synchronous_commit`` in 20.5):
   A lost resume write asks the reviewer again; a lost interrupt write re-runs
   the review node, which raises the same interrupt.
 
-This saver keeps no memo of checkpoint lineage and has no ``head()``: the
-runner's resume shortcut is for ``StepDurableSaver``, other savers take the
-full path (correct, a few reads slower), and ``get_delta_channel_history`` is
-``PostgresSaver``'s own (one query per load, done by the server).
+This saver keeps no memo of checkpoint lineage (``get_delta_channel_history``
+is ``PostgresSaver``'s own, done by the server), but it has ``head()``, as
+``StepDurableSaver`` does: the runner's resume shortcut (answer its own last
+interrupts while the thread's head is unchanged) then skips reloading the
+whole state. ``head()`` reads the database each time, in one statement, so a
+head moved by any other worker is seen.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ from psycopg_pool import ConnectionPool
 
 __all__ = ["StepDurablePostgresSaver", "open_postgres_saver"]
 
+# The latest checkpoint of a thread (the order PostgresSaver.get_tuple takes
+# it in) and the writes attached to it, in one statement: one snapshot, so
+# the id and its writes agree. A checkpoint without writes gives one row of NULLs.
+_HEAD_SQL = """SELECT c.checkpoint_id, w.task_id, w.idx, w.channel, w.type, w.blob
+FROM (SELECT checkpoint_id FROM checkpoints WHERE thread_id = %(thread_id)s
+    AND checkpoint_ns = %(checkpoint_ns)s ORDER BY checkpoint_id DESC LIMIT 1) AS c
+LEFT JOIN checkpoint_writes AS w ON w.thread_id = %(thread_id)s
+    AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = c.checkpoint_id
+ORDER BY w.task_id, w.idx"""
 _SETUP_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('effectgate.checkpoints.setup')) AS taken"
 _SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.checkpoints.setup'))"
 
@@ -79,6 +90,31 @@ class StepDurablePostgresSaver(PostgresSaver):
             super().put_writes(config, writes, task_id, task_path)
         finally:
             self._local.writes = False
+
+    def head(self, thread_id: str, checkpoint_ns: str = "") -> tuple[str, tuple[Any, ...]] | None:
+        """The latest checkpoint id of a thread and the writes attached to it, as stored.
+
+        ``StepDurableSaver.head`` on PostgreSQL: what ``get_tuple`` would say
+        about the head, without deserializing anything, in one statement (one
+        round trip). Any new checkpoint, and any new or replaced write (resume
+        and interrupt writes are replaced in place), changes the answer.
+
+        Returns:
+            ``(checkpoint_id, ((task_id, idx, channel, type, blob), ...))``,
+            writes ordered by ``(task_id, idx)``, or ``None`` for a thread
+            without checkpoints.
+        """
+        with self._cursor() as cur:
+            cur.execute(_HEAD_SQL, {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns})
+            rows = cur.fetchall()
+        if not rows:
+            return None
+        writes = tuple(
+            (r["task_id"], r["idx"], r["channel"], r["type"], bytes(r["blob"]))
+            for r in rows
+            if r["task_id"] is not None
+        )
+        return str(rows[0]["checkpoint_id"]), writes
 
     @contextmanager
     def _cursor(self, *, pipeline: bool = False) -> Iterator[psycopg.Cursor[DictRow]]:

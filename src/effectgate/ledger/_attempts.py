@@ -372,7 +372,7 @@ class AttemptsMixin(ThreadsMixin):
         """
         # Read first: nearly always nothing is IN_FLIGHT, and an empty write
         # transaction would still cost a durable commit on every resume.
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             if not r.list_operations(thread_id=thread_id, states=[_S.IN_FLIGHT]):
                 return []
         now = self._now()

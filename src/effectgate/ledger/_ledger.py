@@ -301,7 +301,7 @@ class Ledger(AttemptsMixin):
             LedgerCorruptError: the row fails validation (state, JSON, times,
                 attempt, or an intent hash that does not match its arguments).
         """
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             op = r.get_operation(operation_id)
         return None if op is None else self._verified_once(op)
 
@@ -328,7 +328,7 @@ class Ledger(AttemptsMixin):
         Raises:
             LedgerCorruptError: a matching row fails validation.
         """
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             ops = r.list_operations(
                 thread_id=thread_id, states=states, tool=tool, intent_hash=intent_hash
             )
@@ -346,17 +346,17 @@ class Ledger(AttemptsMixin):
 
     def operation_tombstone(self, operation_id: str) -> OperationTombstone | None:
         """Return what retention left of a compacted operation id, or ``None``."""
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             return r.get_operation_tombstone(operation_id)
 
     def operation_tombstones(self, *, intent_hash: str) -> builtins.list[OperationTombstone]:
         """Return the tombstones of compacted operations of one intent, oldest finish first."""
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             return r.list_operation_tombstones(intent_hash=intent_hash)
 
     def approvals(self, operation_id: str) -> builtins.list[Approval]:
         """Return an operation's approvals in the order they were recorded."""
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             return r.approvals(operation_id)
 
     def latest_approval(self, operation_id: str) -> Approval | None:
@@ -368,7 +368,7 @@ class Ledger(AttemptsMixin):
         self, *, operation_id: str | None = None, thread_id: str | None = None
     ) -> builtins.list[Event]:
         """Return the audit events matching the filters, in ``seq`` (append) order."""
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             return r.events(operation_id=operation_id, thread_id=thread_id)
 
     def note(self, operation_id: str, detail: Mapping[str, Any]) -> None:

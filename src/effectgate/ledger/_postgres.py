@@ -363,18 +363,38 @@ class _Session:
     runs them in order, the first statement inside the transaction, exactly
     as if they had been sent one by one. Every later statement runs as
     before. A block that ran no statement sends nothing, not even ``COMMIT``.
+
+    A ``single`` session (``PostgresLedgerStore.read(single=True)``) opens no
+    transaction at all: its one statement runs alone on the autocommit
+    connection, and a second statement is refused, because only the first
+    would have a snapshot of its own.
     """
 
-    __slots__ = ("_begin", "_conn")
+    __slots__ = ("_begin", "_conn", "_single")
 
-    def __init__(self, conn: psycopg.Connection[Any], begin: Sequence[str]) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], begin: Sequence[str], *, single: bool = False
+    ) -> None:
         self._conn = conn
         self._begin: Sequence[str] | None = begin
+        self._single = single
 
     def execute(
         self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
     ) -> psycopg.Cursor[Any]:
-        """``Connection.execute``; the first call opens the transaction in the same round trip."""
+        """``Connection.execute``; the first call opens the transaction in the same round trip.
+
+        Raises:
+            LedgerError: a second statement in a ``single`` session.
+        """
+        if self._single:
+            if self._begin is None:
+                raise LedgerError(
+                    "a single-statement ledger read ran a second statement; "
+                    "reads that must agree need one snapshot (read() without single)"
+                )
+            self._begin = None
+            return self._conn.execute(query, params)
         if self._begin is None:
             return self._conn.execute(query, params)
         begin, self._begin = self._begin, None
@@ -386,7 +406,7 @@ class _Session:
 
     def finish(self, statement: str) -> None:
         """``COMMIT`` or ``ROLLBACK`` the transaction, if a statement opened one."""
-        if self._begin is None:
+        if self._begin is None and not self._single:
             self._conn.execute(statement)
 
 
@@ -830,10 +850,10 @@ class PostgresLedgerStore:
         return self._pool
 
     @contextmanager
-    def _connection(self, begin: Sequence[str]) -> Iterator[_Session]:
+    def _connection(self, begin: Sequence[str], *, single: bool = False) -> Iterator[_Session]:
         with self._live().connection() as conn:
             try:
-                yield _Session(conn, begin)
+                yield _Session(conn, begin, single=single)
             finally:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     # a broken connection: the pool discards it; keep the first error
@@ -841,9 +861,26 @@ class PostgresLedgerStore:
                         conn.execute("ROLLBACK")
 
     @contextmanager
-    def read(self) -> Iterator[StoreReader]:
-        """Open a REPEATABLE READ, READ ONLY snapshot on a pooled connection."""
-        with _translated(self._where), self._connection((SQL_BEGIN_READ,)) as conn:
+    def read(self, *, single: bool = False) -> Iterator[StoreReader]:
+        """Open a REPEATABLE READ, READ ONLY snapshot on a pooled connection.
+
+        Args:
+            single: the block makes one reader call (each is one statement).
+                It then runs alone on the autocommit connection, without
+                ``BEGIN`` and ``ROLLBACK``: one round trip instead of two.
+                That loses no consistency, because every statement reads one
+                snapshot taken at its start (the PostgreSQL manual,
+                "Transaction Isolation", 13.2.1), and no write or lock is at
+                stake (a read block takes no row locks). Several calls that
+                must agree (``Ledger.metrics``, the attempt-holder check) keep
+                the REPEATABLE READ snapshot; a second statement in a
+                ``single`` block raises ``LedgerError`` rather than read a
+                second state.
+        """
+        with (
+            _translated(self._where),
+            self._connection((SQL_BEGIN_READ,), single=single) as conn,
+        ):
             yield _Reader(conn, self._decoded)
             conn.finish("ROLLBACK")
 

@@ -734,8 +734,13 @@ class SqliteLedgerStore:
         return self._conn
 
     @contextmanager
-    def read(self) -> Iterator[StoreReader]:
-        """Open a consistent read snapshot (a deferred transaction), under the store lock."""
+    def read(self, *, single: bool = False) -> Iterator[StoreReader]:
+        """Open a consistent read snapshot (a deferred transaction), under the store lock.
+
+        Args:
+            single: accepted for the seam and ignored: an SQLite ``BEGIN`` is
+                no round trip, so every block keeps its snapshot.
+        """
         with self._lock, _translated(self.path):
             conn = self._live()
             conn.execute("BEGIN")

@@ -287,8 +287,19 @@ class StoreTransaction(StoreReader, Protocol):
 class LedgerStore(Protocol):
     """A ledger backend: snapshots for reading, transactions for writing."""
 
-    def read(self) -> AbstractContextManager[StoreReader]:
-        """Open a read-only consistent snapshot."""
+    def read(self, *, single: bool = False) -> AbstractContextManager[StoreReader]:
+        """Open a read-only consistent snapshot.
+
+        Args:
+            single: the caller promises the block makes exactly one reader
+                call. A store whose reader calls are one statement each may
+                then skip the snapshot transaction around it, since one
+                statement already reads one consistent state
+                (``PostgresLedgerStore`` sends no ``BEGIN`` and no
+                ``ROLLBACK``: one round trip instead of two), and may refuse a
+                second statement with ``LedgerError``. A block of several
+                calls that must agree needs ``single=False``.
+        """
         ...
 
     def transaction(self, *, durable: bool = True) -> AbstractContextManager[StoreTransaction]:

@@ -80,12 +80,12 @@ class ThreadsMixin:
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         """Return a thread's record, or ``None`` if it was never recorded."""
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             return r.get_thread(thread_id)
 
     def list_threads(self) -> builtins.list[ThreadRecord]:
         """Return every recorded thread, oldest first."""
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             return r.list_threads()
 
     def acquire_lease(
@@ -222,7 +222,7 @@ class ThreadsMixin:
 
     def thread_events(self, thread_id: str | None = None) -> builtins.list[ThreadEvent]:
         """Return the audit events about threads (of one, or all), in append order."""
-        with self._store.read() as r:
+        with self._store.read(single=True) as r:
             return r.thread_events(thread_id)
 
 
