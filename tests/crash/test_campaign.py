@@ -142,3 +142,40 @@ def test_report_tables(campaign: list[TrialResult]) -> None:
     assert any(r.startswith("| effectgate | 19 |") for r in rows), text
     assert "| baseline | 8 |" in text and "n/a" in text
     json.dumps([r.as_dict() for r in campaign])
+
+
+def test_a_missing_action_is_explained_from_the_ledger(tmp_path: Path) -> None:
+    """A trial's "lost action" note says what the ledger holds: the call, FAILED, and why."""
+    from pydantic import BaseModel
+
+    from effectgate._app import StateDir, open_agent
+    from effectgate.errors import NotAccepted
+    from effectgate.models import ScriptedChatModel
+    from effectgate.testing.campaign._oracle import ledger_outcomes
+    from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
+
+    class Mail(BaseModel):
+        to: str
+
+    def refuse(args: Mail, ctx: ToolContext) -> ToolResult:
+        raise NotAccepted("mailbox full")
+
+    spec = ToolSpec(
+        name="send_email", description="Mail.", args_schema=Mail, func=refuse,
+        kind=EffectKind.UNSAFE,
+    )  # fmt: skip
+    script = {
+        "name": "mail",
+        "turns": [{"say": "mailing", "tool_calls": [{"name": "send_email", "args": {"to": "a"}}]}],
+        "final": "Done.",
+    }
+    sd = StateDir.open(tmp_path / "s")
+    assert ledger_outcomes(sd) == "ledger: no ledger file"
+    with open_agent(sd, model=ScriptedChatModel.from_script(script), tools=[spec]) as agent:
+        (review,) = agent.start("mail", thread_id="incident").interrupts
+        approve = {"decisions": [{"type": "approve"}], "reviewer": "test"}
+        agent.resume("incident", answers={review.id: approve})
+    line = ledger_outcomes(sd)
+    # refused three times: the attempt budget is spent, and the note says so
+    assert line.startswith("ledger: send_email FAILED attempt 3 ("), line
+    assert "no attempts or time left: mailbox full" in line, line

@@ -7,6 +7,7 @@ unknown" is what a system itself still holds as unresolved.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from effectgate._app import StateDir
@@ -15,7 +16,7 @@ from effectgate.testing.campaign._systems import EFFECT_LEDGER_DB, EFFECT_LEDGER
 if TYPE_CHECKING:
     from effectgate.testing.campaign._harness import TrialResult
 
-__all__ = ["NOTE", "THREAD", "judge"]
+__all__ = ["NOTE", "THREAD", "judge", "ledger_outcomes"]
 
 THREAD = "incident"
 """The thread id every trial uses."""
@@ -38,8 +39,39 @@ def judge(system: System, sd: StateDir, result: TrialResult) -> None:
     refers = any(f"TICKET-{t['ticket_id']}" in text for t in tickets)
     result.lost_actions = (not tickets) + (not mails) + (not refers)
     result.left_unknown = _left_unknown(system, sd)
+    if result.lost_actions and system not in (System.BASELINE, System.EFFECT_LEDGER):
+        result.notes.append(ledger_outcomes(sd))
     if sd.checkpoints.exists():
         result.history_problems = len(checkpoint_problems(sd.checkpoints, THREAD))
+
+
+def ledger_outcomes(sd: StateDir, thread: str = THREAD) -> str:
+    """One line: each of ``thread``'s operations, its state, attempt and last event's detail.
+
+    Written into a trial's notes when an action is missing at the end, so the
+    report says whether the ledger holds it as failed (and why: an exhausted
+    attempt budget, a refusal) or not at all, without keeping the trial's
+    state directory.
+
+    Args:
+        sd: the trial's state directory.
+        thread: the thread whose operations to describe.
+
+    Returns:
+        ``"ledger: tool STATE attempt n (detail); ..."``, details cut to 160
+        characters, or ``"ledger: no operations"``.
+    """
+    from effectgate.ledger import SqliteLedger
+
+    if not sd.ledger.exists():
+        return "ledger: no ledger file"
+    parts = []
+    with SqliteLedger(sd.ledger) as ledger:
+        for op in ledger.list(thread_id=thread):
+            events = ledger.events(operation_id=op.operation_id)
+            last = json.dumps(dict(events[-1].detail), default=str)[:160] if events else "-"
+            parts.append(f"{op.tool} {op.state.value} attempt {op.attempt} ({last})")
+    return "ledger: " + ("; ".join(parts) or "no operations")
 
 
 def _left_unknown(system: System, sd: StateDir) -> int | None:
