@@ -19,6 +19,7 @@ import asyncio
 import enum
 import json
 import re
+import sys
 import threading
 import time
 import uuid
@@ -1122,8 +1123,6 @@ class Agent:
         checkpoints or a saver other than ``StepDurableSaver`` and
         ``StepDurablePostgresSaver``.
         """
-        import sys
-
         saver = self.graph.checkpointer
         # The PostgreSQL saver's module is loaded whenever such a saver exists;
         # looking it up instead of importing it keeps psycopg out of SQLite runs.
