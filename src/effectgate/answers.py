@@ -609,12 +609,38 @@ def recorded_decision(
 
 
 def is_decided(ledger: Ledger, thread_id: str, request: Mapping[str, Any]) -> bool:
-    """Whether every call of a review request already has a decision that still stands.
+    """Whether an interrupt's answer is already recorded in the ledger, so no person is needed.
 
-    A call counts as decided when its operation holds this call's recorded
-    decision and has moved past PROPOSED (an approval withdrawn because it
-    expired puts it back to PROPOSED: that review is open again).
+    A runner can die between recording an answer and writing the checkpoint
+    that moves past the interrupt; the interrupt then still stands in the
+    checkpoint, but its node reads the recorded answer back when it runs
+    again, so the thread is unfinished work, not waiting for anyone.
+
+    - A review: every call's operation holds this call's recorded decision
+      and has moved past PROPOSED (an approval withdrawn because it expired
+      puts it back to PROPOSED: that review is open again).
+    - A reconciliation: a verdict for the very attempt it asked about is
+      recorded (``recorded_verdict``); the effect node then finds the
+      operation settled, or retrying under a later attempt.
+    - Anything else (a tool's question): never; its answer lives only in the
+      checkpoint.
+
+    Args:
+        ledger: read for the operations, approvals and verdict events.
+        thread_id: the thread that raised the interrupt.
+        request: the interrupt's value.
+
+    Returns:
+        ``True`` if the recorded answer settles the interrupt.
     """
+    if request.get("type") == "reconciliation":
+        attempt = request.get("attempt")
+        op_id = request.get("operation_id")
+        if not isinstance(attempt, int) or not isinstance(op_id, str):
+            return False
+        return recorded_verdict(ledger, op_id, attempt) is not None
+    if request.get("type", "review") != "review":
+        return False
     actions = list(request.get("action_requests", ()))
     if not actions:
         return False

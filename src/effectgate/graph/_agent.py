@@ -743,13 +743,15 @@ class Agent:
         """The pending interrupts that still wait for a person.
 
         A review whose every call already has a decision recorded in the
-        ledger (a process killed right after recording it) is not open: the
-        review node reads the recorded decision back when it runs again.
+        ledger, or a reconciliation whose attempt already has a verdict
+        recorded (a process killed right after recording it), is not open:
+        its node reads the recorded answer back when it runs again
+        (``answers.is_decided``).
         """
         return [
             item
             for item in pending
-            if item.kind != "review"
+            if item.kind not in ("review", "reconciliation")
             or not answer_protocol.is_decided(self.ledger, thread_id, item.value)
         ]
 
