@@ -159,6 +159,19 @@ def _target_postgres(doc: dict[str, Any]) -> list[str]:
     ]
 
 
+def _target_postgres_paired(doc: dict[str, Any]) -> list[str]:
+    r = doc["results"]["ratio_effectgate_over_langgraph"]
+    when = f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}"
+    return [
+        _row(
+            "time per approved side effect / LangGraph + PostgresSaver (one thread each, "
+            f"alternating in one process, {doc['params']['pairs']} pairs; bench_postgres.py "
+            f"--paired, {when}; CPU {_f(r['cpu'], 'x')})",
+            "<= 1.10x", _f(r["wall"], "x"), _verdict(r["wall"]["median"], 1.10), "1.00x",
+        )
+    ]  # fmt: skip
+
+
 def _target_restart(doc: dict[str, Any]) -> list[str]:
     r = doc["results"]
     eg, base = r["effectgate"], r["baseline"]
@@ -300,6 +313,7 @@ def _targets(docs: dict[str, Any]) -> list[str]:
         ("side_effect", _target_time_commits),
         ("async", _target_async),
         ("postgres", _target_postgres),
+        ("postgres_paired", _target_postgres_paired),
         ("resume", _target_open_resume),
         ("restart", _target_restart),
         ("storage", _target_storage),
@@ -524,7 +538,7 @@ def _checks(docs: dict[str, Any]) -> list[str]:
 def render(results: Path, meta: dict[str, Any]) -> str:
     """The Markdown summary of whatever results/*.json exist."""
     names = [b for b in BENCHES if b != "ledger"]
-    docs: dict[str, Any] = {n: _load(results, n) for n in [*names, "ledger"]}
+    docs: dict[str, Any] = {n: _load(results, n) for n in [*names, "ledger", "postgres_paired"]}
     sections = [
         ("Targets", _targets(docs)),
         ("Earlier targets (scaling)", _earlier_targets(docs)),
