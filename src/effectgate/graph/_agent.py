@@ -48,7 +48,7 @@ from effectgate.errors import ConfigError, DecisionError, LedgerError, ThreadBus
 from effectgate.graph._build import AgentParts, build_agent
 from effectgate.graph._messages import pending_calls
 from effectgate.graph._policy import Policy
-from effectgate.graph._saver import StepDurableSaver, head_state
+from effectgate.graph._saver import HeadState, StepDurableSaver, head_state
 from effectgate.graph._state import effect_node_name
 from effectgate.ledger import Approval, Lease, Ledger, Operation, OpState, ThreadRecord
 from effectgate.retention import PrunePolicy, PruneReport, prune, refuse_deleted
@@ -686,18 +686,11 @@ class Agent:
         no task, a missing node, another thread's operation named, another
         saver): ``_resume`` then takes the full path, which words refusals.
         """
-        saver = self.graph.checkpointer
-        if not isinstance(saver, StepDurableSaver):
-            return None
-        state = head_state(self.graph, saver, self._config(thread_id))
+        state = self._head_state(thread_id)
         if state is None or state.interrupts or not state.tasks:
             return None
-        if self._missing_nodes(thread_id, state, checkpoint=state.checkpoint):
+        if not self._names_only_own(thread_id, self.ledger.list(thread_id=thread_id)):
             return None
-        if not self._no_shared_named(thread_id, saver, self.ledger.list(thread_id=thread_id)):
-            return None
-        # Only other threads' operations matter to ``_with_shared`` (as in ``_waiting_at_head``).
-        self._used[thread_id] = frozenset()
         return self._run(thread_id, None)
 
     def _judge_stale(
@@ -1020,26 +1013,50 @@ class Agent:
         whenever any part is not clearly covered: ``_status`` then takes the
         full path, which gives the same result for what this one answers.
         """
-        saver = self.graph.checkpointer
-        if head is None or not isinstance(saver, StepDurableSaver):
+        if head is None:
             return None
-        state = head_state(self.graph, saver, self._config(thread_id))
+        state = self._head_state(thread_id)
         if state is None or state.checkpoint["id"] != head.checkpoint_id or not state.interrupts:
             return None  # moved since the head was read, or not waiting: the full path says why
-        if self._missing_nodes(thread_id, state, checkpoint=state.checkpoint):
-            return None  # the full path words the refusal
         interrupts = self._interrupts(state)
         pending = self._open(thread_id, interrupts)
         if not pending:
             return None  # every review already decided: what runs next is the full path's
         ops = self.ledger.list(thread_id=thread_id)
-        if not self._no_shared_named(thread_id, saver, ops):
+        if not self._names_only_own(thread_id, ops):
             return None
-        # Only the other threads' operations named matter to ``_with_shared``:
-        # it drops this thread's own, so an empty set stands for the full one.
-        self._used[thread_id] = frozenset()
         self._stops[thread_id] = _Stop(head=head, interrupts=interrupts)  # as ``_status`` does
         return _waiting_result(thread_id, pending, ops)
+
+    def _head_state(self, thread_id: str) -> HeadState | None:
+        """``head_state`` of the thread, if every node its tasks need exists.
+
+        ``None`` for another saver, a head ``head_state`` cannot read, or a
+        missing node (the full path words that refusal): the caller then
+        takes the full path.
+        """
+        saver = self.graph.checkpointer
+        if not isinstance(saver, StepDurableSaver):
+            return None
+        state = head_state(self.graph, saver, self._config(thread_id))
+        if state is None or self._missing_nodes(thread_id, state, checkpoint=state.checkpoint):
+            return None
+        return state
+
+    def _names_only_own(self, thread_id: str, ops: Sequence[Operation]) -> bool:
+        """Whether the thread's tool messages name only ``ops``; if so, ``_used`` is set.
+
+        Only other threads' operations matter to ``_with_shared`` (it drops
+        the thread's own), so an empty set then stands for what
+        ``_operation_ids`` would read out of the whole history.
+        """
+        saver = self.graph.checkpointer
+        if not isinstance(saver, StepDurableSaver) or not self._no_shared_named(
+            thread_id, saver, ops
+        ):
+            return False
+        self._used[thread_id] = frozenset()
+        return True
 
     @staticmethod
     def _no_shared_named(thread_id: str, saver: StepDurableSaver, ops: Sequence[Operation]) -> bool:

@@ -406,7 +406,7 @@ class _Session:
 
     def finish(self, statement: str) -> None:
         """``COMMIT`` or ``ROLLBACK`` the transaction, if a statement opened one."""
-        if self._begin is None and not self._single:
+        if self._begin is None:
             self._conn.execute(statement)
 
 
