@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from effectgate._clock import Clock, to_seconds
@@ -36,6 +36,18 @@ def _ttl(ttl: timedelta | float) -> timedelta:
     if seconds <= 0:
         raise ValueError(f"a lease needs a positive ttl, got {seconds} s")
     return timedelta(seconds=seconds)
+
+
+GIVEN_UP = datetime(1970, 1, 1, tzinfo=UTC)
+"""The expiry a released or broken lease is stored with: the Unix epoch, not "now".
+
+Giving a lease up is a state, not a moment. Two runners' clocks can disagree
+by a little (each ``DatabaseClock`` estimates the PostgreSQL server's time to
+within its round trip; a wall clock can be stepped back by NTP), so a lease
+released "now" by one clock could still look held for that little while by the
+next runner's clock, which is then refused with "expires in 0.0 s". The epoch
+is in the past by every clock.
+"""
 
 
 def _floor_ms(value: datetime) -> datetime:
@@ -158,14 +170,17 @@ class ThreadsMixin:
         return renewed
 
     def release_lease(self, lease: Lease) -> None:
-        """Give the lease up now; a no-op if it is no longer held by this owner and token."""
-        now = self._now()
+        """Give the lease up now; a no-op if it is no longer held by this owner and token.
+
+        The lease is stored as expiring at ``GIVEN_UP`` (the epoch), so every
+        runner's clock sees it free at once, whatever their small disagreement.
+        """
         with self._store.transaction(durable=False) as tx:
             cur = tx.get_lease(lease.thread_id)
             if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
                 return
-            if cur.expires_at > now:
-                tx.put_lease(replace(cur, expires_at=now), expected=cur)
+            if cur.expires_at > GIVEN_UP:
+                tx.put_lease(replace(cur, expires_at=GIVEN_UP), expected=cur)
 
     def break_lease(self, thread_id: str, *, by: str, reason: str) -> Lease:
         """Break a thread's lease by hand, audited; return the lease as it was.
@@ -173,7 +188,7 @@ class ThreadsMixin:
         For a lease no runner will give up: its holder is on another host or
         in another container (so it cannot be proven gone), or its expiry is
         absurd (year 9999, a damaged row). The lease is handed to nobody and
-        expires now, with its fencing token raised: the old holder, should it
+        is given up (``GIVEN_UP``), with its fencing token raised: the old holder, should it
         still run, can no longer renew it, and its next renewal stops its run
         (``Agent``'s lease keeper). Its attempts are not touched: recovery
         treats them by the usual rule once a runner takes the thread. One
@@ -203,7 +218,10 @@ class ThreadsMixin:
             if cur is None:
                 raise KeyError(f"thread {thread_id!r} has no lease to break")
             broken = Lease(
-                thread_id=thread_id, owner=f"{_BROKEN}{by}", token=cur.token + 1, expires_at=now
+                thread_id=thread_id,
+                owner=f"{_BROKEN}{by}",
+                token=cur.token + 1,
+                expires_at=GIVEN_UP,
             )
             if not tx.put_lease(broken, expected=cur):
                 raise _busy(tx.get_lease(thread_id), now, thread_id=thread_id)

@@ -463,6 +463,24 @@ class LedgerConformance(abc.ABC):
         ledger.release_lease(lease)
         assert ledger.renew_lease(taken, 60).owner == "b"
 
+    def test_a_lease_given_up_is_free_by_a_clock_that_runs_behind(self) -> None:
+        """Released or broken by a runner whose clock is ahead, a lease is free by every clock.
+
+        Two runners' clocks disagree a little (two estimates of the database
+        server's time); a lease stored as expiring at the releaser's "now"
+        looked held to the next runner for that little while.
+        """
+        ahead = FakeClock(self.clock.now() + timedelta(milliseconds=400))
+        releaser = Ledger(self.make_store("main"), clock=ahead)
+        self._opened.append(releaser)
+        ledger = self.ledger()
+        lease = releaser.acquire_lease("t1", "a", 60)
+        releaser.release_lease(lease)
+        taken = ledger.acquire_lease("t1", "b", 60)
+        assert (taken.owner, taken.token) == ("b", lease.token + 1)
+        releaser.break_lease("t1", by="carol", reason="b's host is gone")
+        assert ledger.acquire_lease("t1", "c", 60).owner == "c"
+
     def test_lease_broken_by_hand_is_fenced_and_audited(self) -> None:
         """A broken lease is free at once, its old holder fenced off, the act kept as an event."""
         ledger = self.ledger()
