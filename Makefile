@@ -62,7 +62,7 @@ bench: $(VENV)/.installed-bench
 # default the local server).
 campaign: $(VENV)/.installed-bench $(VENV)/.installed-postgres
 	$(BIN)/python benchmarks/campaign.py --trials 1000 --out benchmarks/results/campaign.json
-	$(BIN)/python benchmarks/campaign.py --trials 300 --systems effectgate-pg-workers \
+	$(BIN)/python benchmarks/campaign.py --trials 1000 --systems effectgate-pg-workers \
 		--out benchmarks/results/campaign_pg_workers.json
 
 # The answer state machine with more runs and longer ones than the suite's bounded version.
