@@ -103,10 +103,10 @@ def apply_verdict(
             error=f"a human found it did not take effect: {detail['evidence'] or 'no detail'}",
             detail=detail,
         )
-    if op.attempt >= op.budget.max_attempts:
+    if op.attempt >= op.attempts_allowed:
         raise DecisionError(
             f"operation {operation_id!r} has used {op.attempt} of "
-            f"{op.budget.max_attempts} attempts; budgets are not extended by a verdict"
+            f"{op.attempts_allowed} attempts; budgets are not extended by a verdict"
         )
     return ledger.transition(
         op.operation_id,

@@ -375,12 +375,12 @@ class Dispatcher:
     ) -> Operation | Outcome:
         now = self.clock.now()
         budget = op.budget
-        if op.attempt >= budget.max_attempts or (
+        if op.attempt >= op.attempts_allowed or (
             budget.deadline_at is not None and now >= budget.deadline_at
         ):
             why = (
                 "attempt budget exhausted"
-                if op.attempt >= budget.max_attempts
+                if op.attempt >= op.attempts_allowed
                 else "deadline passed"
             )
             if op.state is OpState.RETRY_WAIT and self._maybe_applied(op):
@@ -674,7 +674,7 @@ class Dispatcher:
         now = self.clock.now()
         budget = op.budget
         in_time = budget.deadline_at is None or now < budget.deadline_at
-        if op.attempt < budget.max_attempts and in_time:
+        if op.attempt < op.attempts_allowed and in_time:
             return self.ledger.transition(
                 op.operation_id,
                 src=OpState.UNKNOWN,
@@ -711,6 +711,7 @@ class Dispatcher:
             "state": op.state.value,
             "attempt": op.attempt,
             "max_attempts": op.budget.max_attempts,
+            "recoveries": op.recoveries,
             "last_error": op.error,
             "why": why or (op.error or "outcome unknown"),
             "effect_kind": spec.kind.value if spec is not None else None,
@@ -800,7 +801,7 @@ def _failed(op: Operation) -> str:
     if op.attempt == 0:
         return f"{op.tool} was not run: {detail}"
     return (
-        f"{op.tool} failed at attempt {op.attempt} of {op.budget.max_attempts}: {detail}. "
+        f"{op.tool} failed at attempt {op.attempt} of {op.attempts_allowed}: {detail}. "
         "Per the ledger it did not take effect (known not applied)"
     )
 

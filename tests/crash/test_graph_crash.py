@@ -104,6 +104,37 @@ def test_kill_at_seam_then_resume(
     assert services.stats("tickets")["tickets"] == 1
 
 
+@pytest.mark.parametrize("tool", ["send_email", "create_ticket", "write_file"])
+def test_kills_inside_one_call_do_not_spend_its_attempt_budget(
+    services: DemoServices, state_dir: StateDir, tool: str
+) -> None:
+    """Four processes in a row die inside one call (budget: 3 attempts); a fifth does it once.
+
+    Each worker is killed right after claiming the call's next attempt. A
+    death says nothing about the tool, so each attempt is given back
+    (``Operation.recoveries``): the call runs in the fifth process, where it
+    used to end FAILED (mail: "not applied, no attempts left", so no mail at
+    all) or wait for a person (ticket, note) after the third kill.
+    """
+    spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@{tool}"
+    for _ in range(4):
+        killed = run_worker(state_dir, "t1", failpoint=spec)
+        assert killed.returncode == EXIT_CODE, killed.stderr[-2000:]
+    done = run_worker(state_dir, "t1")
+    assert done.returncode == 0, (done.summary, done.stderr[-2000:])
+    assert_incident_done_once(state_dir, "t1")
+    with SqliteLedger(state_dir.ledger) as ledger:
+        (op,) = ledger.list(thread_id="t1", tool=tool)
+        given_back = [
+            e.attempt
+            for e in ledger.events(operation_id=op.operation_id)
+            if e.detail.get("attempt_given_back")
+        ]
+    assert (op.attempt, op.recoveries, op.budget.max_attempts) == (5, 4, 3)
+    assert given_back == [1, 2, 3, 4]
+    assert services.stats("tickets")["tickets"] == 1
+
+
 def test_crash_left_in_flight_row_for_write_file(
     services: DemoServices, state_dir: StateDir
 ) -> None:

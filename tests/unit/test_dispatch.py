@@ -406,3 +406,46 @@ def test_a_failed_verdict_is_refused_when_the_lookup_now_finds_the_effect(
     assert op is not None and op.state is OpState.NEEDS_RECONCILIATION
     out = d.dispatch(call)
     assert out.status is DispatchStatus.SUCCEEDED and script.seen == [1]
+
+
+@pytest.mark.parametrize(
+    ("claimer", "expected_state", "attempts"),
+    [
+        # the last attempt's worker died: the attempt is given back, the call runs
+        ("dead", OpState.SUCCEEDED, [2]),
+        # a worker not proven gone: its attempt is charged, none is left
+        ("other-scope", OpState.NEEDS_RECONCILIATION, []),
+    ],
+)
+def test_the_last_attempt_cut_short_by_a_death_is_given_back(
+    ledger: SqliteLedger,
+    clock: FakeClock,
+    claimer: str,
+    expected_state: OpState,
+    attempts: list[int],
+) -> None:
+    """``max_attempts=1`` and its one attempt died with its worker: a death is not a failure.
+
+    Before attempts were given back the reconcilable call ended FAILED ("not
+    applied; no attempts or time left") and the model was told so, although
+    the tool never got to answer.
+    """
+    dead = _dead_worker_id()
+    host, pid, _, scope = dead.split(":", 3)
+    worker = {"dead": dead, "other-scope": f"{host}:{pid}:abcd1234:{scope.split('/')[0]}/1"}
+    script = Script(calls=[ok("sent")], lookups=[Lookup.not_found("no such Message-ID")])
+    d, call = make(
+        ledger,
+        clock,
+        script,
+        kind=EffectKind.RECONCILABLE,
+        reconciler=True,
+        final=True,
+        budget=Budget(max_attempts=1),
+    )
+    ledger.claim("op1", attempt=1, worker=worker[claimer])
+    out = d.dispatch(call)
+    op = ledger.get("op1")
+    assert op is not None and op.state is expected_state, out.message
+    assert script.seen == attempts
+    assert op.recoveries == (1 if claimer == "dead" else 0)

@@ -245,6 +245,8 @@ def test_a_v1_ledger_is_migrated_to_v2_and_keeps_its_rows(tmp_path: Path) -> Non
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX operations_by_intent")
     conn.execute("DROP TABLE thread_events")  # schema v4
+    conn.execute("DROP TRIGGER operations_recoveries_grow")  # schema v6
+    conn.execute("ALTER TABLE operations DROP COLUMN recoveries")
     conn.execute("DELETE FROM schema_version WHERE version >= 2")
     _undo_v3(conn)
     conn.commit()

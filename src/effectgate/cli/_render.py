@@ -305,6 +305,7 @@ def operation_json(op: Operation) -> dict[str, Any]:
         "receipt_source": receipt.source if receipt is not None else None,
         "error": op.error,
         "max_attempts": op.budget.max_attempts,
+        "recoveries": op.recoveries,
         "next_attempt_at": jsonable(op.next_attempt_at),
         "created_at": op.created_at.isoformat(),
         "updated_at": op.updated_at.isoformat(),
@@ -504,7 +505,7 @@ def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
         ("thread", op.thread_id),
         ("tool call", op.tool_call_id),
         ("intent hash", op.intent_hash),
-        ("attempt", f"{op.attempt} of at most {op.budget.max_attempts}"),
+        ("attempt", _attempts_text(op)),
         ("args", dumps(op.args)),
     ]
     if op.receipt is not None:
@@ -608,3 +609,11 @@ def _external_table(external: Mapping[str, Any]) -> Table:
         _plain(", ".join(f"{f['path']} ({f['bytes']} B)" for f in files)),
     )
     return table
+
+
+def _attempts_text(op: Operation) -> str:
+    """``"2 of at most 3"``, naming attempts given back after a worker died mid-call."""
+    text = f"{op.attempt} of at most {op.attempts_allowed}"
+    if op.recoveries:
+        text += f" ({op.budget.max_attempts} + {op.recoveries} given back: worker died mid-call)"
+    return text

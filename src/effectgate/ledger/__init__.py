@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from effectgate.ledger._backoff import full_jitter_delay
 from effectgate.ledger._ledger import Ledger, SqliteLedger
 from effectgate.ledger._model import (
+    MAX_RECOVERIES,
     TERMINAL,
     TRANSITIONS,
     UNFINISHED,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from effectgate.ledger._postgres import PostgresLedger, PostgresLedgerStore
 
 __all__ = [
+    "MAX_RECOVERIES",
     "TERMINAL",
     "TRANSITIONS",
     "UNFINISHED",

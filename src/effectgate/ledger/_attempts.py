@@ -19,6 +19,7 @@ from effectgate._process import owner_is_gone
 from effectgate.errors import ClaimLostError, LedgerCorruptError, OperationBusyError
 from effectgate.ledger._backoff import full_jitter_delay
 from effectgate.ledger._model import (
+    MAX_RECOVERIES,
     EventKind,
     Operation,
     OpState,
@@ -55,8 +56,13 @@ def _damage(op: Operation) -> str | None:
         return "state SUCCEEDED without a receipt"
     if receipt is not None and state is not _S.SUCCEEDED:
         return f"state {state.value} carries a receipt; only SUCCEEDED does"
-    if attempt > op.budget.max_attempts:
-        return f"attempt {attempt} exceeds the budget's max_attempts {op.budget.max_attempts}"
+    if op.recoveries > MAX_RECOVERIES:
+        return f"recoveries {op.recoveries} exceed the most ever given back ({MAX_RECOVERIES})"
+    if attempt > op.attempts_allowed:
+        return (
+            f"attempt {attempt} exceeds the budget's max_attempts {op.budget.max_attempts}"
+            f" + {op.recoveries} recoveries"
+        )
     if state in _BEFORE_ANY_ATTEMPT and attempt != 0:
         return f"state {state.value} at attempt {attempt}: it is only held before any attempt"
     if state in _AFTER_AN_ATTEMPT and attempt == 0:
@@ -172,7 +178,7 @@ class AttemptsMixin(ThreadsMixin):
 
         Raises:
             ClaimLostError: another worker claimed first, or the state or attempt moved.
-            ValueError: ``attempt`` exceeds the stored ``max_attempts`` ("budget exhausted").
+            ValueError: ``attempt`` exceeds ``Operation.attempts_allowed`` ("budget exhausted").
             KeyError: there is no such operation.
 
         Note:
@@ -181,7 +187,7 @@ class AttemptsMixin(ThreadsMixin):
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
         now = self._now()
-        expect = Expect(states=_CLAIMABLE, attempt=attempt - 1, max_attempts_at_least=attempt)
+        expect = Expect(states=_CLAIMABLE, attempt=attempt - 1, attempts_allowed_at_least=attempt)
         change = Change(state=_S.IN_FLIGHT, updated_at=now, attempt=attempt, claimed_by=worker)
         with self._store.transaction() as tx:
             done = tx.compare_and_set(operation_id, expect, change)
@@ -200,7 +206,7 @@ class AttemptsMixin(ThreadsMixin):
         if cur.state in _CLAIMABLE and cur.attempt == attempt - 1:
             return ValueError(
                 f"operation {operation_id!r}: budget exhausted: attempt {attempt} exceeds "
-                f"max_attempts {cur.budget.max_attempts}"
+                f"max_attempts {cur.budget.max_attempts} + {cur.recoveries} recoveries"
             )
         return ClaimLostError(
             operation_id=operation_id,
@@ -385,8 +391,8 @@ class AttemptsMixin(ThreadsMixin):
                 if self._holder(tx, op, worker, now) is not None:
                     continue
                 expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=op.attempt)
-                change = Change(state=_S.UNKNOWN, updated_at=now)
-                recovered.append(self._cas(tx, op.operation_id, expect, change, dict(_RECOVERED)))
+                change, detail = _abandoned(op, now, dict(_RECOVERED))
+                recovered.append(self._cas(tx, op.operation_id, expect, change, detail))
         return recovered
 
     def attempt_holder(self, op: Operation, *, worker: str | None = None) -> str | None:
@@ -478,8 +484,8 @@ class AttemptsMixin(ThreadsMixin):
                         operation_id=operation_id,
                     )
             expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=attempt)
-            change = Change(state=_S.UNKNOWN, updated_at=now)
-            return self._cas(tx, operation_id, expect, change, {"reason": reason}, attempt=attempt)
+            change, detail = _abandoned(op, now, {"reason": reason})
+            return self._cas(tx, operation_id, expect, change, detail, attempt=attempt)
 
     def verified_receipt(self, op: Operation) -> Receipt:
         """Hand out an operation's stored receipt after re-checking its identity.
@@ -528,7 +534,7 @@ class AttemptsMixin(ThreadsMixin):
             ValueError: ``op.attempt < 1``.
         """
         budget = op.budget
-        if op.attempt >= budget.max_attempts:
+        if op.attempt >= op.attempts_allowed:
             return None
         delay_s = full_jitter_delay(
             op.attempt, base_s=budget.backoff_base_s, cap_s=budget.backoff_cap_s, rng=self._rng
@@ -603,6 +609,24 @@ class AttemptsMixin(ThreadsMixin):
         if op is None:
             raise KeyError(f"no operation {operation_id!r} in the ledger")
         return verified(op)
+
+
+def _abandoned(
+    op: Operation, now: datetime, detail: dict[str, Any]
+) -> tuple[Change, dict[str, Any]]:
+    """The IN_FLIGHT -> UNKNOWN change of an abandoned attempt, and its event's detail.
+
+    An attempt whose worker is proven gone (``owner_is_gone``: killed,
+    crashed, out of memory) ended with its process, not with the tool: it is
+    given back (``Operation.recoveries`` + 1, named in the event as
+    ``attempt_given_back``) while fewer than ``MAX_RECOVERIES`` were. An
+    attempt abandoned any other way (its lease lapsed while its worker may
+    live; this worker's own call whose result was not recorded) is charged.
+    """
+    if op.recoveries < MAX_RECOVERIES and owner_is_gone(op.claimed_by):
+        detail = {**detail, "attempt_given_back": True, "recoveries": op.recoveries + 1}
+        return Change(state=_S.UNKNOWN, updated_at=now, recoveries=op.recoveries + 1), detail
+    return Change(state=_S.UNKNOWN, updated_at=now), detail
 
 
 def _claim_thread(r: StoreReader, op: Operation) -> str:

@@ -81,6 +81,7 @@ OPERATION_COLUMNS = (
     "error",
     "created_at_ms",
     "updated_at_ms",
+    "recoveries",
 )
 APPROVAL_COLUMNS = (
     "operation_id",
@@ -252,6 +253,7 @@ def operation_to_row(op: Operation) -> tuple[Any, ...]:
         op.error,
         to_ms(op.created_at),
         to_ms(op.updated_at),
+        op.recoveries,
     )
 
 
@@ -289,6 +291,7 @@ def operation_from_row(row: Row) -> Operation:
         error=row["error"],
         created_at=col("created_at_ms", from_ms),
         updated_at=col("updated_at_ms", from_ms),
+        recoveries=col("recoveries", _count),
     )
 
 
@@ -332,6 +335,7 @@ def _operation_fast(raw: Sequence[Any]) -> Operation:
         error,
         created_at_ms,
         updated_at_ms,
+        recoveries,
     ) = raw
     oid = str(oid)
     return Operation(
@@ -356,6 +360,7 @@ def _operation_fast(raw: Sequence[Any]) -> Operation:
         error=error,
         created_at=from_ms(created_at_ms),
         updated_at=from_ms(updated_at_ms),
+        recoveries=_count(recoveries),
     )
 
 

@@ -189,7 +189,17 @@ _V5: tuple[str, ...] = (
     "CREATE INDEX operation_tombstones_by_intent ON operation_tombstones (intent_hash)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3, _V4, _V5)
+_V6: tuple[str, ...] = (
+    # Attempts given back because their worker died mid-call (Operation.recoveries):
+    # the count only grows, one at a time, so no write can buy a call more attempts.
+    """ALTER TABLE operations
+        ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0 CHECK (recoveries >= 0)""",
+    """CREATE TRIGGER operations_recoveries_grow BEFORE UPDATE OF recoveries ON operations
+        WHEN NEW.recoveries < OLD.recoveries OR NEW.recoveries > OLD.recoveries + 1
+        BEGIN SELECT RAISE(ABORT, 'ledger: recoveries only grow, one at a time'); END""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3, _V4, _V5, _V6)
 """Statements per version; each runs inside one ``BEGIN IMMEDIATE`` transaction."""
 
 LATEST_VERSION = len(MIGRATIONS) - 1

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from effectgate.errors import IllegalTransitionError
 
 __all__ = [
+    "MAX_RECOVERIES",
     "TERMINAL",
     "TRANSITIONS",
     "UNFINISHED",
@@ -97,6 +98,10 @@ def check_transition(operation_id: str, src: OpState, dst: OpState) -> None:
         raise IllegalTransitionError(operation_id=operation_id, src=src.value, dst=dst.value)
 
 
+MAX_RECOVERIES = 10
+"""Attempts per operation given back when their worker died mid-call (``Operation.recoveries``)."""
+
+
 # Spelled out on each class (not ``**kwargs``) so type checkers see ``kw_only``.
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
@@ -166,11 +171,31 @@ class Operation:
     """Last error text (for people; code branches on ``state``)."""
     created_at: datetime
     updated_at: datetime
+    recoveries: int = 0
+    """Attempts cut short by their worker's death, not charged to ``budget.max_attempts``.
+
+    At most ``MAX_RECOVERIES``; see ``attempts_allowed``.
+    """
 
     @property
     def is_terminal(self) -> bool:
         """Whether the operation is in a state it never leaves."""
         return self.state in TERMINAL
+
+    @property
+    def attempts_allowed(self) -> int:
+        """Attempts this operation may start in all: ``budget.max_attempts + recoveries``.
+
+        The budget is the tool's retry policy: errors, refusals, ``Retry-After``.
+        A process killed mid-call (``kill -9``, OOM, a power cut of the
+        worker) says nothing about the tool, so each attempt whose worker is
+        proven gone while it was in flight is given back, up to
+        ``MAX_RECOVERIES`` times; past that, a call that keeps killing its
+        process is charged like any other attempt and stops. (DBOS keeps
+        the same split: a step's retries, and a workflow's
+        ``max_recovery_attempts`` for crashes.)
+        """
+        return self.budget.max_attempts + self.recoveries
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -142,12 +142,13 @@ SQL_COMPARE_AND_SET = f"""UPDATE ledger_operations SET
     error = COALESCE(%(error)s, error),
     claimed_by = %(claimed_by)s,
     next_attempt_at_ms = %(next_attempt_at_ms)s,
+    {{recoveries}}
     updated_at_ms = %(updated_at_ms)s
 WHERE operation_id = %(operation_id)s AND state IN ({{states}})
     AND (%(expect_attempt)s::integer IS NULL OR attempt = %(expect_attempt)s)
     AND (%(expect_intent_hash)s::text IS NULL OR intent_hash = %(expect_intent_hash)s)
-    AND (%(max_attempts_at_least)s::integer IS NULL
-        OR max_attempts >= %(max_attempts_at_least)s)
+    AND (%(attempts_allowed_at_least)s::integer IS NULL
+        OR max_attempts + recoveries >= %(attempts_allowed_at_least)s)
 RETURNING {_OP_COLUMNS}"""
 SQL_LIST_OPERATIONS = f"SELECT {_OP_COLUMNS} FROM ledger_operations"
 SQL_LIST_ORDER = " ORDER BY created_at_ms, operation_id"
@@ -571,9 +572,15 @@ class _Transaction(_Reader):
             "updated_at_ms": codec.to_ms(change.updated_at),
             "expect_attempt": expect.attempt,
             "expect_intent_hash": expect.intent_hash,
-            "max_attempts_at_least": expect.max_attempts_at_least,
+            "attempts_allowed_at_least": expect.attempts_allowed_at_least,
         }
-        rows = self._rows(SQL_COMPARE_AND_SET.format(states=_in_list(expect.states)), params)
+        # Only a given-back attempt names ``recoveries`` (its guard trigger runs for it alone).
+        recoveries = ""
+        if change.recoveries is not None:
+            params["recoveries"] = change.recoveries
+            recoveries = "recoveries = %(recoveries)s,"
+        sql = SQL_COMPARE_AND_SET.format(states=_in_list(expect.states), recoveries=recoveries)
+        rows = self._rows(sql, params)
         if not rows:
             return None
         raw = tuple(rows[0])

@@ -202,7 +202,18 @@ _V3: tuple[str, ...] = (
         ON ledger_operation_tombstones (intent_hash)""",
 )
 
-PG_MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3)
+_V4: tuple[str, ...] = (
+    # As SQLite's version 6: attempts given back because their worker died
+    # mid-call; the count only grows, one at a time.
+    """ALTER TABLE ledger_operations
+        ADD COLUMN recoveries integer NOT NULL DEFAULT 0 CHECK (recoveries >= 0)""",
+    """CREATE TRIGGER ledger_operations_recoveries_grow
+        BEFORE UPDATE OF recoveries ON ledger_operations FOR EACH ROW
+        WHEN (NEW.recoveries < OLD.recoveries OR NEW.recoveries > OLD.recoveries + 1)
+        EXECUTE FUNCTION ledger_refuse('recoveries only grow, one at a time')""",
+)
+
+PG_MIGRATIONS: tuple[tuple[str, ...], ...] = ((), _V1, _V2, _V3, _V4)
 """Statements per version; all pending versions run in one transaction under an advisory lock."""
 
 PG_LATEST_VERSION = len(PG_MIGRATIONS) - 1

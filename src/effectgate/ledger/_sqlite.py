@@ -91,11 +91,13 @@ SQL_COMPARE_AND_SET = f"""UPDATE operations SET
     error = COALESCE(:error, error),
     claimed_by = :claimed_by,
     next_attempt_at_ms = :next_attempt_at_ms,
+    {{recoveries}}
     updated_at_ms = :updated_at_ms
 WHERE operation_id = :operation_id AND state IN ({{states}})
     AND (:expect_attempt IS NULL OR attempt = :expect_attempt)
     AND (:expect_intent_hash IS NULL OR intent_hash = :expect_intent_hash)
-    AND (:max_attempts_at_least IS NULL OR max_attempts >= :max_attempts_at_least)
+    AND (:attempts_allowed_at_least IS NULL
+        OR max_attempts + recoveries >= :attempts_allowed_at_least)
 RETURNING {_OP_COLUMNS}"""
 SQL_LIST_OPERATIONS = f"SELECT {_OP_COLUMNS} FROM operations"
 SQL_LIST_ORDER = " ORDER BY created_at_ms, operation_id"
@@ -498,9 +500,15 @@ class _Transaction(_Reader):
             "updated_at_ms": codec.to_ms(change.updated_at),
             "expect_attempt": expect.attempt,
             "expect_intent_hash": expect.intent_hash,
-            "max_attempts_at_least": expect.max_attempts_at_least,
+            "attempts_allowed_at_least": expect.attempts_allowed_at_least,
         }
-        sql = SQL_COMPARE_AND_SET.format(states=_in_list(expect.states))
+        # Only a given-back attempt names ``recoveries``, so the guard trigger on
+        # that column runs for it alone, not for every claim and result.
+        recoveries = ""
+        if change.recoveries is not None:
+            params["recoveries"] = change.recoveries
+            recoveries = "recoveries = :recoveries,"
+        sql = SQL_COMPARE_AND_SET.format(states=_in_list(expect.states), recoveries=recoveries)
         rows = self._conn.execute(sql, params).fetchall()  # fetchall: finish the statement
         if not rows:
             return None

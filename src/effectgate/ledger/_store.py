@@ -73,15 +73,18 @@ class Expect:
     """The stored attempt must equal this (the fencing token)."""
     intent_hash: str | None = None
     """The stored intent hash must equal this (a receipt's identity check)."""
-    max_attempts_at_least: int | None = None
-    """The stored budget's ``max_attempts`` must be at least this."""
+    attempts_allowed_at_least: int | None = None
+    """The stored ``max_attempts + recoveries`` must be at least this.
+
+    That sum is ``Operation.attempts_allowed``.
+    """
 
 
 @dataclass(**_DC)
 class Change:
     """The set half of a compare-and-set on one operation row.
 
-    ``attempt``, ``receipt`` and ``error`` keep the stored value when ``None``;
+    ``attempt``, ``receipt``, ``error`` and ``recoveries`` keep the stored value when ``None``;
     ``claimed_by`` and ``next_attempt_at`` are always written (``None`` clears).
     """
 
@@ -92,6 +95,8 @@ class Change:
     error: str | None = None
     claimed_by: str | None = None
     next_attempt_at: datetime | None = None
+    recoveries: int | None = None
+    """The new ``Operation.recoveries`` (it only grows, by one, as an attempt is given back)."""
 
 
 @dataclass(**_DC)

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
@@ -23,6 +26,7 @@ from effectgate import errors
 from effectgate._clock import FakeClock
 from effectgate._intent import intent_hash
 from effectgate.ledger import (
+    MAX_RECOVERIES,
     Approval,
     Budget,
     EventKind,
@@ -36,7 +40,13 @@ from effectgate.ledger import (
 )
 from effectgate.ledger._store import Change, NewEvent, WriteOnce
 
-__all__ = ["LedgerConformance", "make_approval", "make_receipt", "make_request"]
+__all__ = [
+    "LedgerConformance",
+    "dead_worker_id",
+    "make_approval",
+    "make_receipt",
+    "make_request",
+]
 
 _S = OpState
 
@@ -94,6 +104,23 @@ def make_receipt(op: Operation, clock: FakeClock, *, result: Any = None) -> Rece
         reference=f"ref-{op.operation_id}",
         recorded_at=clock.now(),
     )
+
+
+@functools.cache
+def dead_worker_id() -> str:
+    """A worker id of this host and PID namespace whose process has exited (a ``kill -9`` left it).
+
+    Made by a child interpreter that prints its own ``new_worker_id()`` and
+    exits, so ``owner_is_gone`` proves it gone. Cached per process: the pid
+    could in principle be reused later, which would only make it "alive".
+    """
+    child = subprocess.run(
+        [sys.executable, "-c", "from effectgate._process import new_worker_id as n; print(n())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return child.stdout.strip()
 
 
 class LedgerConformance(abc.ABC):
@@ -510,6 +537,76 @@ class LedgerConformance(abc.ABC):
         self.clock.advance(31)  # w2 stopped renewing: its attempt is abandoned now
         (recovered,) = self.ledger().recover_in_flight(thread_id="t1", worker="w1")
         assert (recovered.state, recovered.attempt) == (_S.UNKNOWN, 1)
+
+    # ------------------------------------------ attempts cut by a death
+
+    def _die_in(self, ledger: Ledger, op: Operation, *, via_recover_attempt: bool) -> Operation:
+        """Claim ``op``'s next attempt as a worker proven gone, then recover it to UNKNOWN."""
+        claimed = ledger.claim(op.operation_id, attempt=op.attempt + 1, worker=dead_worker_id())
+        if via_recover_attempt:
+            return ledger.recover_attempt(
+                op.operation_id, attempt=claimed.attempt, worker="w9", reason="worker died"
+            )
+        (recovered,) = ledger.recover_in_flight(thread_id=op.thread_id, worker="w9")
+        return recovered
+
+    @pytest.mark.parametrize("via_recover_attempt", [False, True])
+    def test_an_attempt_whose_worker_died_is_given_back(self, via_recover_attempt: bool) -> None:
+        """An attempt cut short by its worker's death is not charged to max_attempts.
+
+        With ``max_attempts=1``, a claim by a worker proven gone, recovered to
+        UNKNOWN, leaves one attempt still to run (``recoveries`` 1, kept across a
+        reopen, named in the event), where it used to exhaust the budget.
+        """
+        ledger = self.ledger()
+        op = self.approved(ledger, make_request(budget=Budget(max_attempts=1)))
+        op = self._die_in(ledger, op, via_recover_attempt=via_recover_attempt)
+        assert (op.state, op.attempt, op.recoveries, op.attempts_allowed) == (_S.UNKNOWN, 1, 1, 2)
+        event = ledger.events(operation_id=op.operation_id)[-1]
+        assert (event.dst, event.detail["attempt_given_back"]) == (_S.UNKNOWN, True)
+        op = ledger.transition(op.operation_id, src=_S.UNKNOWN, dst=_S.RETRY_WAIT)
+        again = ledger.claim(op.operation_id, attempt=2, worker="w1")
+        assert (again.state, again.attempt, again.recoveries) == (_S.IN_FLIGHT, 2, 1)
+        assert self.ledger().get(op.operation_id) == again
+
+    def test_attempts_given_back_stop_at_max_recoveries(self) -> None:
+        """A call that kills its worker every time gets MAX_RECOVERIES attempts back, then none."""
+        ledger = self.ledger()
+        op = self.approved(ledger, make_request(budget=Budget(max_attempts=1)))
+        for n in range(1, MAX_RECOVERIES + 2):
+            op = self._die_in(ledger, op, via_recover_attempt=n % 2 == 0)
+            assert op.recoveries == min(n, MAX_RECOVERIES)
+            if op.attempt < op.attempts_allowed:
+                op = ledger.transition(op.operation_id, src=_S.UNKNOWN, dst=_S.RETRY_WAIT)
+        assert (op.state, op.attempt, op.attempts_allowed) == (
+            _S.UNKNOWN,
+            MAX_RECOVERIES + 1,
+            MAX_RECOVERIES + 1,
+        )
+        op = ledger.transition(op.operation_id, src=_S.UNKNOWN, dst=_S.RETRY_WAIT)
+        with pytest.raises(ValueError, match="budget exhausted"):
+            ledger.claim(op.operation_id, attempt=op.attempt + 1, worker="w1")
+
+    def test_an_attempt_abandoned_by_a_lapsed_lease_is_charged(self) -> None:
+        """A worker not proven gone (its lease lapsed: stopped, another host) keeps its charge."""
+        ledger = self.ledger()
+        op = self.approved(ledger, make_request(budget=Budget(max_attempts=1)))
+        ledger.acquire_lease("t1", "w2", 30)
+        ledger.claim(op.operation_id, attempt=1, worker="w2")
+        self.clock.advance(31)
+        (op,) = ledger.recover_in_flight(thread_id="t1", worker="w1")
+        assert (op.state, op.recoveries, op.attempts_allowed) == (_S.UNKNOWN, 0, 1)
+        assert "attempt_given_back" not in ledger.events(operation_id=op.operation_id)[-1].detail
+
+    def test_store_refuses_recoveries_that_do_not_grow_by_one(self) -> None:
+        """The store's guard: ``recoveries`` moves only up, one at a time."""
+        ledger = self.ledger()
+        op = self.in_flight(ledger)
+        expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=1)
+        jump = Change(state=_S.UNKNOWN, updated_at=self.clock.now(), recoveries=2)
+        with pytest.raises(errors.LedgerError), ledger.store.transaction() as tx:
+            tx.compare_and_set(op.operation_id, expect, jump)
+        assert self.ledger().get(op.operation_id) == op
 
     # -------------------------------------------------- store primitives
 
