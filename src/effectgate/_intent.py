@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonical_json", "default_operation_id", "intent_hash"]
+__all__ = ["canonical_json", "default_operation_id", "intent_hash", "intent_hash_of_text"]
 
 _MAX_EXACT_INT = 2**53
 
@@ -119,6 +119,37 @@ def intent_hash(tool: str, tool_version: str, args: Mapping[str, Any]) -> str:
     """
     payload = {"tool": tool, "tool_version": tool_version, "args": dict(args)}
     return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def intent_hash_of_text(tool: str, tool_version: str, args_text: str) -> str:
+    """``intent_hash`` of arguments given as their canonical JSON text, without parsing it.
+
+    ``canonical_json`` of the payload is its keys in order (``args``,
+    ``tool``, ``tool_version``) around each value's own canonical text, so
+    when ``args_text`` *is* ``canonical_json(args)`` the two functions agree.
+    For any other text (another layout, ``1.0`` for ``1``) the result is some
+    other hash: a caller checking a stored intent hash against stored text
+    may take a match as proof and must fall back to ``intent_hash`` on a
+    mismatch before concluding anything.
+
+    Args:
+        tool: the tool's name.
+        tool_version: the tool's declared version.
+        args_text: the arguments' JSON text, as stored.
+
+    Returns:
+        64 lowercase hex digits.
+    """
+    text = (
+        '{"args":'
+        + args_text
+        + ',"tool":'
+        + json.dumps(tool, ensure_ascii=False)
+        + ',"tool_version":'
+        + json.dumps(tool_version, ensure_ascii=False)
+        + "}"
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def default_operation_id(thread_id: str, tool_call_id: str) -> str:

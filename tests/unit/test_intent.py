@@ -12,7 +12,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from effectgate._intent import canonical_json, default_operation_id, intent_hash
+from effectgate._intent import (
+    canonical_json,
+    default_operation_id,
+    intent_hash,
+    intent_hash_of_text,
+)
 
 CI = settings(max_examples=100, deadline=None)
 
@@ -206,3 +211,22 @@ def test_plain_arguments_are_not_walked_with_paths(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ValueError, match=r"\.n\[0\]"):
         canonical_json({"n": [math.nan]})
     assert walked
+
+
+@CI
+@given(st.text(max_size=8), st.text(max_size=8), json_objects)
+def test_the_hash_of_canonical_text_is_the_intent_hash(
+    tool: str, version: str, args: dict[str, Any]
+) -> None:
+    """Stored canonical text hashes as its arguments do; a non-canonical layout does not."""
+    text = canonical_json(args).decode()
+    assert intent_hash_of_text(tool, version, text) == intent_hash(tool, version, args)
+    if args:
+        spaced = json.dumps(args, sort_keys=True, ensure_ascii=False, indent=1)
+        assert intent_hash_of_text(tool, version, spaced) != intent_hash(tool, version, args)
+
+
+def test_a_non_canonical_number_text_is_not_taken_for_its_value() -> None:
+    """``1.0`` is the intent of ``1``, but its text is not canonical: no match from the text."""
+    assert intent_hash_of_text("t", "1", '{"n":1.0}') != intent_hash("t", "1", {"n": 1.0})
+    assert intent_hash_of_text("t", "1", '{"n":1}') == intent_hash("t", "1", {"n": 1.0})

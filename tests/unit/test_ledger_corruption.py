@@ -279,3 +279,39 @@ def test_a_listing_decodes_rows_in_one_pass(
         ops = ledger.list(thread_id="t1")
     assert [op.operation_id for op in ops] == [OP, "t1:c2"]
     assert wrapped == []
+
+
+def test_arguments_stored_in_another_layout_are_checked_by_their_value(
+    ledger_file: Path,
+) -> None:
+    """Stored text that is not canonical (spaces, ``1.0``) but means the same passes the check.
+
+    The decoder's shortcut (hash the stored text as it is) misses for such a
+    row; the ledger then hashes the decoded arguments, which match.
+    """
+    _tamper(
+        ledger_file,
+        'UPDATE operations SET args_json = \'{ "content": "t1:c1", "path": "notes.txt" }\' '
+        "WHERE operation_id = 't1:c1'",
+    )
+    with SqliteLedger(ledger_file) as ledger:
+        op = ledger.get(OP)
+        assert op is not None and not op.intent_checked
+        assert op.args == {"content": "t1:c1", "path": "notes.txt"}
+        clean = ledger.get("t1:c2")
+        assert clean is not None and clean.intent_checked
+
+
+def test_a_copy_with_other_arguments_is_checked_afresh(ledger_file: Path) -> None:
+    """``dataclasses.replace`` never carries the decoder's mark to other arguments."""
+    import dataclasses
+
+    from effectgate.ledger._attempts import verified
+
+    with SqliteLedger(ledger_file) as ledger:
+        op = ledger.get(OP)
+    assert op is not None and op.intent_checked
+    forged = dataclasses.replace(op, args={"path": "/etc/passwd", "content": ""})
+    assert not forged.intent_checked
+    with pytest.raises(LedgerCorruptError, match="does not match the stored tool and arguments"):
+        verified(forged)

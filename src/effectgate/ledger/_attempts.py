@@ -91,12 +91,15 @@ def verified(op: Operation) -> Operation:
             dispatched from such a row.
     """
     oid = op.operation_id
-    try:
-        expected = compute_intent_hash(op.tool, op.tool_version, op.args)
-    except (ValueError, TypeError) as exc:
-        raise LedgerCorruptError(
-            f"stored arguments cannot be hashed ({exc})", operation_id=oid
-        ) from exc
+    if op.intent_checked:
+        expected = op.intent_hash  # the decoder hashed the stored text itself
+    else:
+        try:
+            expected = compute_intent_hash(op.tool, op.tool_version, op.args)
+        except (ValueError, TypeError) as exc:
+            raise LedgerCorruptError(
+                f"stored arguments cannot be hashed ({exc})", operation_id=oid
+            ) from exc
     if expected != op.intent_hash:
         raise LedgerCorruptError(
             f"stored intent hash {op.intent_hash[:12]}… does not match the stored tool and "

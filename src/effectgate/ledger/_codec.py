@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from effectgate._intent import intent_hash_of_text
 from effectgate.errors import LedgerCorruptError
 from effectgate.ledger._model import (
     Approval,
@@ -338,7 +339,7 @@ def _operation_fast(raw: Sequence[Any]) -> Operation:
         recoveries,
     ) = raw
     oid = str(oid)
-    return Operation(
+    op = Operation(
         operation_id=oid,
         thread_id=thread_id,
         tool_call_id=tool_call_id,
@@ -362,6 +363,11 @@ def _operation_fast(raw: Sequence[Any]) -> Operation:
         updated_at=from_ms(updated_at_ms),
         recoveries=_count(recoveries),
     )
+    if intent_hash_of_text(tool, tool_version, args_json) == intent_hash:
+        # The stored text is the arguments' canonical form and hashes to the
+        # stored intent: the load check need not hash the decoded arguments.
+        object.__setattr__(op, "intent_checked", True)
+    return op
 
 
 def approval_to_row(a: Approval) -> tuple[Any, ...]:

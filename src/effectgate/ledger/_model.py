@@ -176,6 +176,13 @@ class Operation:
 
     At most ``MAX_RECOVERIES``; see ``attempts_allowed``.
     """
+    intent_checked: bool = field(default=False, init=False, compare=False, repr=False)
+    """Set by the decoder when the stored arguments' text hashes to ``intent_hash``.
+
+    The ledger's load check (``verified``) then skips hashing the decoded
+    arguments again. Never passed in, and not carried by ``dataclasses.replace``
+    (a copy with other arguments starts unchecked).
+    """
 
     @property
     def is_terminal(self) -> bool:
