@@ -155,8 +155,43 @@ def _target_postgres(doc: dict[str, Any]) -> list[str]:
             text,
             _verdict(ratio["median"], 1.10),
             "1.00x",
-        )
+        ),
+        *_target_postgres_scaling(doc),
     ]
+
+
+def _target_postgres_scaling(doc: dict[str, Any]) -> list[str]:
+    """4 workers / 1 on PostgreSQL, with the ceiling this machine's cores put on it.
+
+    One worker already keeps a share ``b`` of all cores busy (its client and
+    the PostgreSQL backends serving it, ``machine_busy`` from /proc/stat), so
+    N workers can do at most ``1 / b`` times its side effects per second
+    however little they wait on each other.
+    """
+    r = doc["results"]
+    scaling = (r.get("scaling_over_one_worker") or {}).get("effectgate_pg", {}).get("4")
+    busy = (((r.get("cost") or {}).get("effectgate_pg") or {}).get("1") or {}).get("machine_busy")
+    if scaling is None:
+        return []
+    when = f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}"
+    lg = (r.get("scaling_over_one_worker") or {}).get("langgraph_pg", {}).get("4")
+    verdict = "**met**" if scaling >= 3.0 else "**NOT met**"
+    ceiling = ""
+    if busy and busy.get("median"):
+        b = busy["median"]
+        ceiling = (
+            f"; one worker keeps {b:.0%} of the {doc['machine'].get('cpus')} cores busy, "
+            f"so no number of workers can exceed {1 / b:.2f}x here"
+        )
+        if 1 / b < 3.0:
+            verdict += " (out of reach on this machine)"
+    return [
+        _row(
+            f"side effects per second, 4 workers / 1 on PostgreSQL (bench_postgres.py, {when}"
+            f"{ceiling})",
+            ">= 3x", f"{scaling:.2f}x", verdict, "-" if lg is None else f"{lg:.2f}x",
+        )
+    ]  # fmt: skip
 
 
 def _target_postgres_paired(doc: dict[str, Any]) -> list[str]:

@@ -190,3 +190,32 @@ def test_quick_answers_bench_times_the_checks_and_the_refusal(tmp_path: Path) ->
     nothing = doc["results"]["answers_that_run_nothing"]
     for name in ("step", "status", "repeat", "refusal"):
         assert nothing[name]["n"] == 2 and nothing[name]["median"] > 0
+
+
+def test_the_scaling_target_names_the_ceiling_the_cores_put_on_it(tmp_path: Path) -> None:
+    """4 workers / 1 on PostgreSQL is judged against 3x, beside what one worker's CPU allows."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import run_all
+    finally:
+        sys.path.remove(str(BENCH))
+    busy = {"median": 0.49, "min": 0.49, "max": 0.51, "n": 3}
+    doc = {
+        "when": "2026-12-02T06:00:00Z",
+        "machine": {"commit": "abc", "cpus": 2, "load_avg_1m": 0.5},
+        "results": {
+            "ratio_effectgate_over_langgraph_time_per_effect": {"1": 2.0},
+            "scaling_over_one_worker": {"effectgate_pg": {"4": 1.46}, "langgraph_pg": {"4": 1.11}},
+            "cost": {"effectgate_pg": {"1": {"machine_busy": busy}}},
+        },
+    }
+    rows = run_all._target_postgres(doc)
+    (scaling,) = [r for r in rows if "4 workers / 1" in r]
+    assert "one worker keeps 49% of the 2 cores busy, so no number of workers can exceed 2.04x" in (
+        scaling
+    )
+    assert "| >= 3x | 1.46x | **NOT met** (out of reach on this machine) | 1.11x |" in scaling
+    doc["results"]["scaling_over_one_worker"]["effectgate_pg"]["4"] = 3.2
+    doc["results"]["cost"]["effectgate_pg"]["1"]["machine_busy"] = {**busy, "median": 0.2}
+    (scaling,) = [r for r in run_all._target_postgres(doc) if "4 workers / 1" in r]
+    assert "| >= 3x | 3.20x | **met** |" in scaling
