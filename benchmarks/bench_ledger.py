@@ -213,10 +213,30 @@ def _dead_worker() -> str:
 DEAD_WORKER = _dead_worker()
 """A worker id proven gone: this host and scope, a pid above any ``pid_max``."""
 
-PUT_BACK_IN_FLIGHT = (
-    "UPDATE operations SET state = 'IN_FLIGHT', claimed_by = ? WHERE state = 'UNKNOWN'"
-)
-"""Undo a recovery for the next repetition (recovery clears ``claimed_by``)."""
+
+def put_back_in_flight(path: Path) -> None:
+    """Undo a recovery for the next repetition: the rows as the dead worker left them.
+
+    Recovery clears ``claimed_by`` and gives the dead worker's attempt back
+    (``recoveries`` + 1). The ledger's guard lets ``recoveries`` only grow, so
+    the undo lifts the guard for its one statement, in one transaction.
+    """
+    from effectgate.ledger._migrations import MIGRATIONS
+
+    (guard,) = [sql for sql in MIGRATIONS[6] if "TRIGGER operations_recoveries_grow" in sql]
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("DROP TRIGGER operations_recoveries_grow")
+        raw.execute(
+            "UPDATE operations SET state = 'IN_FLIGHT', claimed_by = ?, recoveries = 0 "
+            "WHERE state = 'UNKNOWN'",
+            (DEAD_WORKER,),
+        )
+        raw.execute(guard)
+        raw.execute("COMMIT")
+    finally:
+        raw.close()
 
 
 def _bulk_ledger(path: Path, rows: int) -> list[str]:
@@ -286,9 +306,7 @@ def bench_scale(work: Path, rows: int) -> dict[str, Any]:
             recover_s.append(time.perf_counter() - start)
             assert len(recovered) == IN_FLIGHT_ROWS, len(recovered)
             # put them back in flight for the next repetition
-            raw = sqlite3.connect(path, isolation_level=None)
-            raw.execute(PUT_BACK_IN_FLIGHT, (DEAD_WORKER,))
-            raw.close()
+            put_back_in_flight(path)
         conn = ledger.store._conn  # type: ignore[attr-defined]
         traced: list[str] = []
         conn.set_trace_callback(traced.append)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,7 @@ def _round(ledger: SqliteLedger, path: Path, ids: list[str], rng: random.Random)
     recover = time.perf_counter() - t0
     if len(found) != 10 or len(recovered) != 10:
         raise RuntimeError(f"{path.name}: {len(found)} in flight, {len(recovered)} recovered")
-    raw = sqlite3.connect(path, isolation_level=None)
-    raw.execute(bench_ledger.PUT_BACK_IN_FLIGHT, (bench_ledger.DEAD_WORKER,))
-    raw.close()
+    bench_ledger.put_back_in_flight(path)
     # Cold reads: distinct ids, on a ledger opened for them, so no row comes
     # from the process's memo of decoded rows (which serves repeats in O(1)).
     sample = rng.sample(ids, 200)

@@ -135,8 +135,7 @@ class StateDir:
             raise ConfigError(f"state directory {root} does not exist")
         found: Any = _FORMAT
         if not marker.is_file():
-            root.mkdir(parents=True, exist_ok=True)
-            marker.write_text(json.dumps({"format": _FORMAT}) + "\n")
+            _mark_new(root, marker, store)
         else:
             try:
                 found = json.loads(read_regular_file(marker, max_bytes=4096) or "{}").get("format")
@@ -259,6 +258,23 @@ def open_agent(
             clock=clock,
         )
         yield agent
+
+
+def _mark_new(root: Path, marker: Path, store: str | None) -> None:
+    """Create ``root`` and its marker; a ``store`` this installation cannot open is refused first.
+
+    Refused before the marker exists, so a failed ``--store`` leaves nothing a
+    later command would take for a SQLite state directory.
+
+    Raises:
+        ConfigError: ``store`` is not a PostgreSQL URL, or the ``postgres`` extra is missing.
+    """
+    if store is not None:
+        from effectgate._postgres_app import require_postgres
+
+        require_postgres(store)
+    root.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"format": _FORMAT}) + "\n")
 
 
 def _open_stores(

@@ -18,7 +18,29 @@ if TYPE_CHECKING:
     from effectgate._clock import Clock
     from effectgate.ledger import Ledger
 
-__all__ = ["bind_store", "check_store_url", "open_postgres_stores"]
+__all__ = ["bind_store", "check_store_url", "open_postgres_stores", "require_postgres"]
+
+
+def require_postgres(store: str) -> None:
+    """Refuse, in one line, a store this installation cannot open: not a URL, or no driver.
+
+    Called before a state directory is first marked, so a refused ``--store``
+    leaves nothing behind that a later command would take for a SQLite directory.
+
+    Raises:
+        ConfigError: ``store`` is not a PostgreSQL URL, or the ``postgres``
+            extra (psycopg, psycopg_pool, langgraph-checkpoint-postgres) is missing.
+    """
+    check_store_url(store)
+    try:
+        import langgraph.checkpoint.postgres  # noqa: F401
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"a PostgreSQL store needs the postgres extra (pip install 'effectgate[postgres]'): "
+            f"{exc}"
+        ) from exc
 
 
 def open_postgres_stores(
@@ -100,7 +122,7 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
     recorded = data.get("store")
     if store is None:
         return str(recorded) if recorded else None
-    check_store_url(store)
+    require_postgres(store)
     from effectgate.ledger._postgres import redacted, same_database, without_password
 
     if not recorded:

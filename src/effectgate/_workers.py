@@ -8,7 +8,8 @@ move forward:
   mid-run, or a run was cut short): it resumes them;
 - **waiting for review**: only with a review policy (``approve="all"`` or
   ``"none"``, for demos, tests and benchmarks); otherwise they wait for a
-  person (``effectgate resume --decisions``).
+  person (``effectgate resume --decisions``). A thread waiting for a
+  reconciliation verdict always waits for a person (``effectgate reconcile``).
 
 Every run goes through ``Agent.start`` / ``Agent.resume``, so through the
 thread lease and the runner's recovery rules: a thread whose lease a live
@@ -59,7 +60,9 @@ class Readiness(enum.StrEnum):
     NEW = "new"
     UNFINISHED = "unfinished"
     REVIEW = "review"
-    """Waiting at a review (or reconciliation) interrupt."""
+    """Waiting at a review interrupt (a worker's review policy may answer it)."""
+    VERDICT = "verdict"
+    """Waiting for a person's reconciliation verdict: no worker policy gives one."""
     DONE = "done"
     HELD = "held"
     """Another worker's lease is live."""
@@ -122,8 +125,10 @@ def readiness(agent: Agent, thread_id: str) -> Readiness:
     status = agent.status(thread_id).status
     if status is RunStatus.NOT_STARTED:
         return Readiness.NEW
-    if status in (RunStatus.WAITING_REVIEW, RunStatus.WAITING_RECONCILIATION):
+    if status is RunStatus.WAITING_REVIEW:
         return Readiness.REVIEW
+    if status is RunStatus.WAITING_RECONCILIATION:
+        return Readiness.VERDICT
     return Readiness.DONE if status is RunStatus.DONE else Readiness.UNFINISHED
 
 
@@ -143,7 +148,15 @@ def _answers(result: RunResult, approve: str, reviewer: str) -> dict[str, Any]:
     }
 
 
-def _run_one(agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions) -> RunResult:
+def _run_one(
+    agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions
+) -> tuple[RunResult, bool]:
+    """Run one thread as far as it goes; the result, and whether the run moved it at all.
+
+    A thread at a review that the policy leaves alone (nothing it may
+    answer) has not moved: counting it as work would have a worker take it
+    again at once, forever, and keep ``until_idle`` from ever ending.
+    """
     if state is Readiness.NEW:
         record = agent.ledger.get_thread(thread_id)
         task = str(record.input.get("task", "")) if record is not None else ""
@@ -151,12 +164,42 @@ def _run_one(agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions
         result = agent.start(task, thread_id=thread_id, metadata=meta)
     else:
         result = agent.resume(thread_id)
+    moved = state is not Readiness.REVIEW
     while opts.approve and result.status == "waiting_review":
         answers = _answers(result, opts.approve, opts.reviewer)
         if not answers:
             break
         result = agent.resume(thread_id, answers=answers)
-    return result
+        moved = True
+    return result, moved
+
+
+def _take(
+    agent: Agent,
+    thread_id: str,
+    state: Readiness,
+    opts: WorkerOptions,
+    *,
+    say: Callable[[Mapping[str, Any]], None] | None,
+    skipped: set[str],
+) -> str:
+    """Run one ready thread; ``"moved"``, ``"held"`` (another worker has it) or ``"still"``."""
+    try:
+        result, progressed = _run_one(agent, thread_id, state, opts)
+    except ThreadBusyError:
+        return "held"  # another worker took it between the look and the lease
+    except ConfigError as exc:
+        # This worker lacks what the thread needs (a tool it started
+        # with): one thread must not stop the others. Say so, once.
+        skipped.add(thread_id)
+        if say is not None:
+            say({"thread_id": thread_id, "was": state.value, "skipped": str(exc)})
+        return "still"
+    if not progressed:
+        return "still"  # its review waits for what the policy does not answer
+    if say is not None:
+        say({"thread_id": thread_id, "was": state.value, "status": result.status})
+    return "moved"
 
 
 def work(
@@ -195,22 +238,11 @@ def work(
             takes_review = state is Readiness.REVIEW and opts.approve is not None
             if state not in (Readiness.NEW, Readiness.UNFINISHED) and not takes_review:
                 continue
-            try:
-                result = _run_one(agent, record.thread_id, state, opts)
-            except ThreadBusyError:
-                held += 1  # another worker took it between the look and the lease
-                continue
-            except ConfigError as exc:
-                # This worker lacks what the thread needs (a tool it started
-                # with): one thread must not stop the others. Say so, once.
-                skipped.add(record.thread_id)
-                if say is not None:
-                    say({"thread_id": record.thread_id, "was": state.value, "skipped": str(exc)})
-                continue
-            runs += 1
-            moved += 1
-            if say is not None:
-                say({"thread_id": record.thread_id, "was": state.value, "status": result.status})
+            outcome = _take(agent, record.thread_id, state, opts, say=say, skipped=skipped)
+            held += outcome == "held"
+            if outcome == "moved":
+                runs += 1
+                moved += 1
         if moved == 0:
             if opts.until_idle and held == 0:
                 return runs

@@ -176,9 +176,7 @@ def test_bulk_ledger_rows_are_readable_and_recoverable(common: Any, tmp_path: Pa
             recovered = ledger.recover_in_flight()
             assert len(recovered) == bench_ledger.IN_FLIGHT_ROWS
             assert {op.state for op in recovered} == {OpState.UNKNOWN}
-        raw = sqlite3.connect(path, isolation_level=None)
-        raw.execute(bench_ledger.PUT_BACK_IN_FLIGHT, (bench_ledger.DEAD_WORKER,))
-        raw.close()
+        bench_ledger.put_back_in_flight(path)
 
 
 def test_quick_answers_bench_times_the_checks_and_the_refusal(tmp_path: Path) -> None:

@@ -315,3 +315,23 @@ def test_a_copy_with_other_arguments_is_checked_afresh(ledger_file: Path) -> Non
     assert not forged.intent_checked
     with pytest.raises(LedgerCorruptError, match="does not match the stored tool and arguments"):
         verified(forged)
+
+
+@pytest.mark.parametrize(
+    ("recoveries", "message"),
+    [(2, r"2 attempts given back, but only 1 were ever started"), (11, r"recoveries 11 exceed")],
+)
+def test_attempts_given_back_beyond_what_happened_are_refused(
+    ledger_file: Path, recoveries: int, message: str
+) -> None:
+    """A count of given-back attempts written by hand (guard trigger dropped) buys no attempts."""
+    _tamper(
+        ledger_file,
+        "DROP TRIGGER operations_recoveries_grow",
+        f"UPDATE operations SET recoveries = {recoveries}, attempt = MIN(attempt, "
+        f"{1 if recoveries == 2 else 20}) WHERE operation_id = 't1:c1'",
+    )
+    with SqliteLedger(ledger_file) as ledger:
+        with pytest.raises(LedgerCorruptError, match=message) as info:
+            ledger.get(OP)
+        assert info.value.operation_id == OP

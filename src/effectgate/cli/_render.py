@@ -306,6 +306,7 @@ def operation_json(op: Operation) -> dict[str, Any]:
         "error": op.error,
         "max_attempts": op.budget.max_attempts,
         "recoveries": op.recoveries,
+        "attempts_allowed": op.attempts_allowed,
         "next_attempt_at": jsonable(op.next_attempt_at),
         "created_at": op.created_at.isoformat(),
         "updated_at": op.updated_at.isoformat(),

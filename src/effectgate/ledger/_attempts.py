@@ -58,6 +58,8 @@ def _damage(op: Operation) -> str | None:
         return f"state {state.value} carries a receipt; only SUCCEEDED does"
     if op.recoveries > MAX_RECOVERIES:
         return f"recoveries {op.recoveries} exceed the most ever given back ({MAX_RECOVERIES})"
+    if op.recoveries > attempt:
+        return f"{op.recoveries} attempts given back, but only {attempt} were ever started"
     if attempt > op.attempts_allowed:
         return (
             f"attempt {attempt} exceeds the budget's max_attempts {op.budget.max_attempts}"

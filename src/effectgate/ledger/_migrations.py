@@ -190,8 +190,9 @@ _V5: tuple[str, ...] = (
 )
 
 _V6: tuple[str, ...] = (
-    # Attempts given back because their worker died mid-call (Operation.recoveries):
-    # the count only grows, one at a time, so no write can buy a call more attempts.
+    # Attempts given back because their worker died mid-call (Operation.recoveries).
+    # The trigger lets the count only grow, one step per write; the load check
+    # refuses a count above the attempts started or above MAX_RECOVERIES.
     """ALTER TABLE operations
         ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0 CHECK (recoveries >= 0)""",
     """CREATE TRIGGER operations_recoveries_grow BEFORE UPDATE OF recoveries ON operations
