@@ -63,17 +63,12 @@ def open_postgres_stores(
         ConfigError: ``store`` is not a PostgreSQL URL, the ``postgres`` extra
             is not installed, or the server cannot be used.
     """
-    check_store_url(store)
-    try:
-        import psycopg
+    require_postgres(store)
+    import psycopg
 
-        from effectgate.graph._pg_saver import open_postgres_saver
-        from effectgate.ledger._postgres import PostgresLedger, redacted
-    except ImportError as exc:
-        raise ConfigError(
-            f"a PostgreSQL store needs the postgres extra (pip install 'effectgate[postgres]'): "
-            f"{exc}"
-        ) from exc
+    from effectgate.graph._pg_saver import open_postgres_saver
+    from effectgate.ledger._postgres import PostgresLedger, redacted
+
     ledger = stack.enter_context(PostgresLedger(store, clock=clock))
     try:
         saver = stack.enter_context(open_postgres_saver(store))
