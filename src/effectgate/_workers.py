@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from effectgate._process import owner_is_gone
 from effectgate.errors import ConfigError, ThreadBusyError
@@ -61,7 +61,7 @@ class Readiness(enum.StrEnum):
     UNFINISHED = "unfinished"
     REVIEW = "review"
     """Waiting at a review interrupt (a worker's review policy may answer it)."""
-    VERDICT = "verdict"
+    RECONCILIATION = "reconciliation"
     """Waiting for a person's reconciliation verdict: no worker policy gives one."""
     DONE = "done"
     HELD = "held"
@@ -128,7 +128,7 @@ def readiness(agent: Agent, thread_id: str) -> Readiness:
     if status is RunStatus.WAITING_REVIEW:
         return Readiness.REVIEW
     if status is RunStatus.WAITING_RECONCILIATION:
-        return Readiness.VERDICT
+        return Readiness.RECONCILIATION
     return Readiness.DONE if status is RunStatus.DONE else Readiness.UNFINISHED
 
 
@@ -182,7 +182,7 @@ def _take(
     *,
     say: Callable[[Mapping[str, Any]], None] | None,
     skipped: set[str],
-) -> str:
+) -> Literal["moved", "held", "still"]:
     """Run one ready thread; ``"moved"``, ``"held"`` (another worker has it) or ``"still"``."""
     try:
         result, progressed = _run_one(agent, thread_id, state, opts)

@@ -28,7 +28,7 @@ def test_an_approving_worker_does_not_spin_on_a_thread_waiting_for_a_verdict(
         n = len(pending.value["action_requests"])
         result = agent.resume("t1", answers={pending.id: {"decisions": [{"type": "approve"}] * n}})
         assert result.status is RunStatus.WAITING_RECONCILIATION
-        assert readiness(agent, "t1") is Readiness.VERDICT
+        assert readiness(agent, "t1") is Readiness.RECONCILIATION
         said: list[dict[str, object]] = []
         done: list[int] = []
         opts = WorkerOptions(approve="all", until_idle=True, poll_s=0.01)

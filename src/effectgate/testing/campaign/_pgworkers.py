@@ -296,7 +296,7 @@ def _judge(sd: StateDir, url: str, threads: list[str], result: TrialResult) -> N
         states = {t: readiness(agent, t) for t in threads}
     unfinished = sorted(t for t, s in states.items() if s is not Readiness.DONE)
     result.finished = not unfinished
-    result.held = any(s in (Readiness.REVIEW, Readiness.VERDICT) for s in states.values())
+    result.held = any(s in (Readiness.REVIEW, Readiness.RECONCILIATION) for s in states.values())
     if unfinished:
         result.notes.append(
             "unfinished: " + ", ".join(f"{t} {states[t].value}" for t in unfinished)
