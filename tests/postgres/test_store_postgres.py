@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -278,3 +279,31 @@ def test_a_single_read_runs_without_a_transaction_and_refuses_a_second_statement
             ledger.record_review([other], [make_approval(other, FakeClock())])
             assert r.get_operation(other.operation_id) is None  # the snapshot holds
         assert ledger.get(other.operation_id) is not None
+
+
+def test_a_single_read_sends_its_one_statement_and_nothing_else(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No BEGIN before it and no ROLLBACK after it: one statement, one round trip.
+
+    A refactoring once dropped the ``single`` condition from the session's
+    finish, and every one-statement read sent a ROLLBACK outside any
+    transaction (15 extra round trips per side effect).
+    """
+    with PostgresLedger(postgres_url, clock=FakeClock()) as ledger:
+        req = make_request()
+        ledger.record_review([req], [make_approval(req, FakeClock())])
+        sent: list[str] = []
+        original = psycopg.Connection.execute
+
+        def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(" ".join(str(query).split())[:20])
+            return original(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", spy)
+        assert ledger.get(req.operation_id) is not None  # a facade read: single=True
+        assert len(sent) == 1 and sent[0].startswith("SELECT"), sent
+        sent.clear()
+        with ledger.store.read() as r:  # a snapshot read still opens and ends one
+            r.get_operation(req.operation_id)
+        assert [s.split()[0] for s in sent] == ["BEGIN", "SELECT", "ROLLBACK"], sent

@@ -406,8 +406,13 @@ class _Session:
         return cur  # the pipeline's exit synced: results, rowcount and errors are in
 
     def finish(self, statement: str) -> None:
-        """``COMMIT`` or ``ROLLBACK`` the transaction, if a statement opened one."""
-        if self._begin is None:
+        """``COMMIT`` or ``ROLLBACK`` the transaction, if a statement opened one.
+
+        A ``single`` session opened none (its statement ran in autocommit), so
+        it sends nothing: a ``ROLLBACK`` there would cost a round trip and
+        only draw the server's "there is no transaction in progress" warning.
+        """
+        if self._begin is None and not self._single:
             self._conn.execute(statement)
 
 
