@@ -34,6 +34,7 @@ from effectgate.ledger._model import (
     Budget,
     Event,
     EventKind,
+    Lease,
     LedgerMetrics,
     OpenRequest,
     Operation,
@@ -100,6 +101,7 @@ class Ledger(AttemptsMixin):
         self._rng = rng or random.Random()
         self._checked: Recent[str, Operation] = Recent(20_000)
         """The last ``Operation`` object of each id that passed ``verified`` (see ``list``)."""
+        self._given_up: Recent[str, Lease] = Recent(1_000)
 
     @property
     def store(self) -> LedgerStore:

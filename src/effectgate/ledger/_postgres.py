@@ -371,7 +371,7 @@ class _Session:
     would have a snapshot of its own.
     """
 
-    __slots__ = ("_begin", "_conn", "_single")
+    __slots__ = ("_begin", "_committed", "_conn", "_single")
 
     def __init__(
         self, conn: psycopg.Connection[Any], begin: Sequence[str], *, single: bool = False
@@ -379,6 +379,7 @@ class _Session:
         self._conn = conn
         self._begin: Sequence[str] | None = begin
         self._single = single
+        self._committed = False
 
     def execute(
         self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
@@ -405,6 +406,33 @@ class _Session:
             cur = self._conn.execute(query, params)
         return cur  # the pipeline's exit synced: results, rowcount and errors are in
 
+    def execute_and_commit(
+        self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> psycopg.Cursor[Any]:
+        """Run a transaction of this one statement: ``BEGIN``, it and ``COMMIT`` in one pipeline.
+
+        For a write whose outcome the caller reads only after the commit (a
+        compare-and-set's row count): one round trip for the whole
+        transaction. A failing statement aborts it: the server skips the
+        ``COMMIT`` queued after it, the pipeline raises at its sync, and the
+        store rolls the aborted transaction back as for any failed block.
+        ``finish`` then sends nothing more.
+
+        Raises:
+            LedgerError: the session already ran a statement (its transaction
+                would commit the earlier ones unseen) or is ``single``.
+        """
+        if self._begin is None or self._single:
+            raise LedgerError("execute_and_commit must be a transaction's only statement")
+        begin, self._begin = self._begin, None
+        self._committed = True
+        with self._conn.pipeline():
+            for statement in begin:
+                self._conn.execute(statement)
+            cur = self._conn.execute(query, params)
+            self._conn.execute("COMMIT")
+        return cur
+
     def finish(self, statement: str) -> None:
         """``COMMIT`` or ``ROLLBACK`` the transaction, if a statement opened one.
 
@@ -412,7 +440,7 @@ class _Session:
         it sends nothing: a ``ROLLBACK`` there would cost a round trip and
         only draw the server's "there is no transaction in progress" warning.
         """
-        if self._begin is None and not self._single:
+        if self._begin is None and not self._single and not self._committed:
             self._conn.execute(statement)
 
 
@@ -915,6 +943,35 @@ class PostgresLedgerStore:
         with _translated(self._where), self._connection(begin) as conn:
             yield _Transaction(conn, self._decoded)
             conn.finish("COMMIT")
+
+    def compare_and_set_lease(self, lease: Lease, *, expected: Lease) -> bool:
+        """The lease compare-and-set as one not-durable transaction in one round trip.
+
+        ``BEGIN``, ``SET LOCAL synchronous_commit = off``, the conditional
+        ``UPDATE`` and ``COMMIT`` travel in one pipeline (see
+        ``LedgerStore.compare_and_set_lease``): the same statement, the same
+        row lock and the same commit as ``put_lease`` inside
+        ``transaction(durable=False)``, without the read before it.
+
+        Raises:
+            LedgerBusyError: the row lock or a pooled connection was not had in time.
+        """
+        low, high = codec.lease_expiry_range(expected.expires_at)
+        params = (
+            lease.owner,
+            lease.token,
+            codec.to_ms(lease.expires_at),
+            lease.thread_id,
+            expected.owner,
+            expected.token,
+            low,
+            high,
+        )
+        with (
+            _translated(self._where),
+            self._connection((SQL_BEGIN_WRITE, SQL_NOT_DURABLE)) as conn,
+        ):
+            return conn.execute_and_commit(SQL_UPDATE_LEASE, params).rowcount == 1
 
     def server_time(self) -> datetime:
         """Return the database server's current time (``clock_timestamp()``), aware UTC."""

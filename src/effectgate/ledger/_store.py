@@ -321,6 +321,30 @@ class LedgerStore(Protocol):
         """
         ...
 
+    def compare_and_set_lease(self, lease: Lease, *, expected: Lease) -> bool:
+        """Replace the stored lease ``expected`` by ``lease`` in a not-durable transaction.
+
+        The same compare-and-set as ``StoreTransaction.put_lease`` with an
+        ``expected`` lease (owner, token and expiry must match the stored row),
+        committed at once as ``transaction(durable=False)`` commits. For a
+        caller that already knows the row it expects (the lease it holds, or
+        the one it gave up last), it saves reading the row first: a store may
+        send the whole transaction at once (``PostgresLedgerStore``: one round
+        trip instead of three).
+
+        Args:
+            lease: the lease to store (its ``thread_id`` names the row).
+            expected: the lease the row must hold now.
+
+        Returns:
+            ``True`` if the row held ``expected`` and now holds ``lease``;
+            ``False`` if it held anything else (or no row), and nothing changed.
+
+        Raises:
+            LedgerBusyError: the row lock or a connection was not had in time.
+        """
+        ...
+
     def close(self) -> None:
         """Release the backend's connections; later calls fail."""
         ...

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from effectgate._clock import Clock, to_seconds
+from effectgate._recent import Recent
 from effectgate.errors import ThreadBusyError
 from effectgate.ledger._model import Lease, ThreadEvent, ThreadRecord
 from effectgate.ledger._store import LedgerStore
@@ -58,6 +59,15 @@ class ThreadsMixin:
     """Thread records and leases of ``Ledger``; every write is one durable transaction."""
 
     _store: LedgerStore
+    _given_up: Recent[str, Lease]
+    """The lease this ledger object last gave up, per thread, as it stored it.
+
+    A runner that takes a thread again (the next resume of a conversation, a
+    worker's next pass) expects the row to hold exactly that: the lease is
+    then taken by one compare-and-set against it, without reading the row
+    first. Anything else in the row (another runner took it, it was broken)
+    fails the compare-and-set and the lease is taken by the full rule.
+    """
     clock: Clock
 
     def _now(self) -> datetime:
@@ -131,6 +141,14 @@ class ThreadsMixin:
         """
         span = _ttl(ttl)
         now = self._now()
+        last = self._given_up.pop(thread_id, None)
+        if last is not None and last.owner == owner:
+            # The row most likely still holds what this owner gave up: the
+            # rule below would keep the token (same owner) and set the expiry.
+            # The compare-and-set makes that so only if the row is that lease.
+            lease = replace(last, expires_at=_floor_ms(now + span))
+            if self._store.compare_and_set_lease(lease, expected=last):
+                return lease
         with self._store.transaction(durable=False) as tx:
             cur = tx.get_lease(thread_id)
             if (
@@ -160,6 +178,9 @@ class ThreadsMixin:
         """
         span = _ttl(ttl)
         now = self._now()
+        renewed = replace(lease, expires_at=_floor_ms(now + span))
+        if self._store.compare_and_set_lease(renewed, expected=lease):
+            return renewed  # the row held this very lease: renewed without reading it
         with self._store.transaction(durable=False) as tx:
             cur = tx.get_lease(lease.thread_id)
             if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
@@ -174,13 +195,25 @@ class ThreadsMixin:
 
         The lease is stored as expiring at ``GIVEN_UP`` (the epoch), so every
         runner's clock sees it free at once, whatever their small disagreement.
+        When the row holds ``lease`` exactly (as ``acquire_lease`` or
+        ``renew_lease`` returned it), one compare-and-set gives it up without
+        reading the row first; otherwise the row is read and the rule above
+        applied.
         """
+        given_up = replace(lease, expires_at=GIVEN_UP)
+        if lease.expires_at > GIVEN_UP and self._store.compare_and_set_lease(
+            given_up, expected=lease
+        ):
+            self._given_up[lease.thread_id] = given_up
+            return
         with self._store.transaction(durable=False) as tx:
             cur = tx.get_lease(lease.thread_id)
             if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
                 return
-            if cur.expires_at > GIVEN_UP:
-                tx.put_lease(replace(cur, expires_at=GIVEN_UP), expected=cur)
+            given_up = replace(cur, expires_at=GIVEN_UP)
+            if cur.expires_at > GIVEN_UP and not tx.put_lease(given_up, expected=cur):
+                return
+        self._given_up[lease.thread_id] = given_up
 
     def break_lease(self, thread_id: str, *, by: str, reason: str) -> Lease:
         """Break a thread's lease by hand, audited; return the lease as it was.

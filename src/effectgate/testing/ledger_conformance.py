@@ -526,6 +526,58 @@ class LedgerConformance(abc.ABC):
         with pytest.raises(KeyError):
             ledger.break_lease("t2", by="carol", reason="no such lease")
 
+    def test_store_lease_compare_and_set_matches_the_whole_row(self) -> None:
+        """compare_and_set_lease writes only over the exact lease expected, and commits it."""
+        ledger = self.ledger()
+        store = ledger.store
+        held = ledger.acquire_lease("t1", "a", 60)
+        later = dataclasses.replace(held, expires_at=held.expires_at + timedelta(seconds=30))
+        for wrong in (
+            dataclasses.replace(held, owner="b"),
+            dataclasses.replace(held, token=held.token + 1),
+            dataclasses.replace(held, expires_at=held.expires_at - timedelta(milliseconds=1)),
+        ):
+            assert not store.compare_and_set_lease(later, expected=wrong)
+        assert not store.compare_and_set_lease(
+            dataclasses.replace(later, thread_id="t2"),
+            expected=dataclasses.replace(held, thread_id="t2"),
+        )  # no row: nothing inserted
+        with self.make_store("main").read() as r:
+            assert r.get_lease("t1") == held  # the row was left as it was
+        assert store.compare_and_set_lease(later, expected=held)
+        with self.make_store("main").read() as r:  # another connection sees it committed
+            assert r.get_lease("t1") == later
+            assert r.get_lease("t2") is None
+
+    def test_a_lease_retaken_after_release_follows_the_full_rule(self) -> None:
+        """Taken again by its last owner: same token; moved on meanwhile: refused or fenced.
+
+        A ledger remembers the lease it gave up and re-takes it by one
+        compare-and-set against it; whatever happened to the row in between
+        (another runner took it, a person broke it) must give what the full
+        rule gives, never the remembered token.
+        """
+        ledger, other = self.ledger(), self.ledger()
+        first = ledger.acquire_lease("t1", "a", 60)
+        ledger.release_lease(first)
+        again = ledger.acquire_lease("t1", "a", 60)
+        assert (again.owner, again.token) == ("a", first.token)
+        assert other.acquire_lease("t1", "a", 60) == again  # what the row holds
+        ledger.release_lease(again)
+        taken = other.acquire_lease("t1", "b", 60)  # b takes it while a remembers it
+        assert taken.token == first.token + 1
+        with pytest.raises(errors.ThreadBusyError):
+            ledger.acquire_lease("t1", "a", 60)
+        other.release_lease(taken)
+        back = ledger.acquire_lease("t1", "a", 60)
+        assert (back.owner, back.token) == ("a", taken.token + 1)
+        ledger.release_lease(back)
+        other.break_lease("t1", by="carol", reason="test")
+        after = ledger.acquire_lease("t1", "a", 60)
+        assert (after.owner, after.token) == ("a", back.token + 2)
+        with self.make_store("main").read() as r:
+            assert r.get_lease("t1") == after
+
     def test_live_attempt_of_another_thread_survives_recovery(self) -> None:
         """recover_in_flight leaves an attempt whose worker still holds its thread's lease."""
         ledger = self.ledger()
