@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +15,7 @@ from effectgate._clock import FakeClock
 from effectgate.ledger import EventKind, PostgresLedger, PostgresLedgerStore
 from effectgate.ledger._postgres import DatabaseClock, same_database, without_password
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS
+from effectgate.ledger._store import NewEvent, WriteOnce
 from effectgate.testing.ledger_conformance import make_approval, make_request
 
 
@@ -307,3 +309,87 @@ def test_a_single_read_sends_its_one_statement_and_nothing_else(
         with ledger.store.read() as r:  # a snapshot read still opens and ends one
             r.get_operation(req.operation_id)
         assert [s.split()[0] for s in sent] == ["BEGIN", "SELECT", "ROLLBACK"], sent
+
+
+class _Trips:
+    """Counts what psycopg sends while installed: round trips (a pipeline is one) and statements."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.trips = 0
+        self.statements: list[str] = []
+        execute, pipeline_exit = psycopg.Connection.execute, psycopg.Pipeline.__exit__
+
+        def spy(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            self.statements.append(" ".join(str(query).split()).split(" ", 1)[0])
+            if conn._pipeline is None:
+                self.trips += 1
+            return execute(conn, query, *args, **kwargs)
+
+        def exit_spy(pipe: Any, *exc: Any) -> Any:
+            if pipe._conn._pipeline is pipe and pipe.level == 1:
+                self.trips += 1
+            return pipeline_exit(pipe, *exc)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", spy)
+        monkeypatch.setattr(psycopg.Pipeline, "__exit__", exit_spy)
+
+    def reset(self) -> None:
+        self.trips, self.statements = 0, []
+
+
+def test_an_event_travels_with_the_commit_and_a_lease_is_one_round_trip(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim: [BEGIN, UPDATE], then [INSERT event, COMMIT]; lease give-up and re-take: one each.
+
+    What the saving must not change: the event is committed with the claim,
+    in the same transaction, and the lease rows are what the full rule gives.
+    """
+    clock = FakeClock()
+    with PostgresLedger(postgres_url, clock=clock) as ledger:
+        req = make_request()
+        ledger.record_review([req], [make_approval(req, clock)])
+        trips = _Trips(monkeypatch)
+        ledger.claim(req.operation_id, attempt=1, worker="w1")
+        assert trips.statements == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+        assert trips.trips == 2
+        lease = ledger.acquire_lease("t1", "w1", 30)
+        trips.reset()
+        ledger.release_lease(lease)
+        again = ledger.acquire_lease("t1", "w1", 30)
+        assert trips.trips == 2  # one each: BEGIN, SET LOCAL, UPDATE, COMMIT in one pipeline
+        assert trips.statements.count("COMMIT") == 2
+        assert (again.owner, again.token) == ("w1", lease.token)
+    with PostgresLedger(postgres_url, clock=clock) as fresh:
+        (claimed,) = [e for e in fresh.events(operation_id=req.operation_id) if e.attempt == 1]
+        assert claimed.detail["worker"] == "w1"
+        with fresh.store.read() as r:
+            assert r.get_lease("t1") == again
+
+
+def test_a_queued_event_that_fails_rolls_its_transaction_back(postgres_url: str) -> None:
+    """The event insert's error surfaces at the COMMIT it travels with; nothing is kept."""
+    clock = FakeClock()
+    with PostgresLedger(postgres_url, clock=clock) as ledger:
+        req = make_request()
+        (op,) = ledger.record_review([req], [make_approval(req, clock)])
+        before = ledger.events()
+        ghost = dataclasses.replace(op, operation_id="no-such-operation")
+        second = make_approval(req, clock)
+        second = dataclasses.replace(second, reviewer="someone else")
+        with pytest.raises(errors.LedgerError), ledger.store.transaction() as tx:
+            assert tx.put_approval(second) is WriteOnce.INSERTED
+            tx.append_event(  # REFERENCES ledger_operations: refused at the COMMIT
+                NewEvent(
+                    operation_id=ghost.operation_id,
+                    kind=EventKind.NOTE,
+                    src=None,
+                    dst=None,
+                    attempt=0,
+                    at=clock.now(),
+                    detail={"x": 1},
+                )
+            )
+        assert ledger.events() == before
+        assert len(ledger.approvals(op.operation_id)) == 1
+        assert ledger.get(op.operation_id) == op  # the pooled connection went back clean

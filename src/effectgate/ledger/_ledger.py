@@ -356,6 +356,25 @@ class Ledger(AttemptsMixin):
         with self._store.read(single=True) as r:
             return r.list_operation_tombstones(intent_hash=intent_hash)
 
+    def intent_neighbours(
+        self, operation_id: str, intent_hash: str
+    ) -> tuple[builtins.list[Operation], builtins.list[OperationTombstone]]:
+        """Return the operations and tombstones under ``operation_id`` or of ``intent_hash``.
+
+        One reading for what a review needs to know about one call: whether
+        its id is taken (by an operation, or by a compacted one's tombstone)
+        and what else was done with the same intent (``list(intent_hash=)``,
+        ``operation_tombstones(intent_hash=)``). Operations validated on load,
+        ordered by ``created_at`` then id; tombstones by finish, then id. On
+        PostgreSQL both statements travel in one round trip.
+
+        Raises:
+            LedgerCorruptError: a matching operation row fails validation.
+        """
+        with self._store.read(single=True) as r:
+            ops, tombstones = r.intent_neighbours(operation_id, intent_hash)
+        return [self._verified_once(op) for op in ops], tombstones
+
     def approvals(self, operation_id: str) -> builtins.list[Approval]:
         """Return an operation's approvals in the order they were recorded."""
         with self._store.read(single=True) as r:

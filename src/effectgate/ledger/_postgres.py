@@ -171,7 +171,7 @@ SQL_LIST_APPROVALS = (
 )
 SQL_INSERT_EVENT = (
     "INSERT INTO ledger_events (operation_id, kind, src, dst, attempt, at_ms, detail_json) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING seq"
+    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
 )
 SQL_LIST_EVENTS = f"SELECT {', '.join(_EVENT_COLUMNS)} FROM ledger_events"
 SQL_LIST_EVENTS_BY_THREAD = (
@@ -211,6 +211,13 @@ SQL_INSERT_THREAD_TOMBSTONE = (
 SQL_OPERATION_TOMBSTONE = (
     "SELECT operation_id, thread_id, tool, intent_hash, state, receipt_json, finished_at_ms, "
     "compacted_at_ms FROM ledger_operation_tombstones"
+)
+SQL_INTENT_NEIGHBOURS = (
+    SQL_LIST_OPERATIONS + " WHERE operation_id = %s OR intent_hash = %s" + SQL_LIST_ORDER
+)
+SQL_INTENT_NEIGHBOUR_TOMBSTONES = (
+    SQL_OPERATION_TOMBSTONE
+    + " WHERE operation_id = %s OR intent_hash = %s ORDER BY finished_at_ms, operation_id"
 )
 # Compaction, in separate statements so that each delete guard (schema
 # version 2) sees the tombstones already written: pick the terminal rows past
@@ -362,8 +369,10 @@ class _Session:
     first statement, so opening the transaction costs no round trip of its own
     (psycopg's "Pipeline mode support"; libpq's "Pipeline Mode"): the server
     runs them in order, the first statement inside the transaction, exactly
-    as if they had been sent one by one. Every later statement runs as
-    before. A block that ran no statement sends nothing, not even ``COMMIT``.
+    as if they had been sent one by one. A write whose result nobody reads
+    (an event insert, ``queue``) waits and travels the same way with the
+    next statement or with the ``COMMIT``. A block that ran no statement
+    sends nothing, not even ``COMMIT``.
 
     A ``single`` session (``PostgresLedgerStore.read(single=True)``) opens no
     transaction at all: its one statement runs alone on the autocommit
@@ -371,7 +380,7 @@ class _Session:
     would have a snapshot of its own.
     """
 
-    __slots__ = ("_begin", "_committed", "_conn", "_single")
+    __slots__ = ("_begin", "_committed", "_conn", "_queued", "_single")
 
     def __init__(
         self, conn: psycopg.Connection[Any], begin: Sequence[str], *, single: bool = False
@@ -380,11 +389,12 @@ class _Session:
         self._begin: Sequence[str] | None = begin
         self._single = single
         self._committed = False
+        self._queued: list[tuple[Any, Sequence[Any] | dict[str, Any] | None]] = []
 
     def execute(
         self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
     ) -> psycopg.Cursor[Any]:
-        """``Connection.execute``; the first call opens the transaction in the same round trip.
+        """``Connection.execute``; what waits to be sent (``BEGIN``, queued writes) goes first.
 
         Raises:
             LedgerError: a second statement in a ``single`` session.
@@ -397,14 +407,59 @@ class _Session:
                 )
             self._begin = None
             return self._conn.execute(query, params)
-        if self._begin is None:
+        if self._begin is None and not self._queued:
             return self._conn.execute(query, params)
-        begin, self._begin = self._begin, None
+        return self._send(query, params)
+
+    def queue(self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
+        """Send this write with the transaction's next statement or its ``COMMIT``.
+
+        For a statement whose result the caller never reads. It runs in the
+        same transaction, in the same order relative to every other
+        statement; an error it raises surfaces at that next statement or at
+        the ``COMMIT``, and the block's transaction is rolled back as for any
+        error.
+        """
+        self._queued.append((query, params))
+
+    def _send(
+        self, query: Any, params: Sequence[Any] | dict[str, Any] | None, *, commit: bool = False
+    ) -> psycopg.Cursor[Any]:
+        begin, self._begin = self._begin or (), None
+        queued, self._queued = self._queued, []
         with self._conn.pipeline():
             for statement in begin:
                 self._conn.execute(statement)
+            for q, p in queued:
+                self._conn.execute(q, p)
             cur = self._conn.execute(query, params)
+            if commit:
+                self._committed = True
+                self._conn.execute("COMMIT")
         return cur  # the pipeline's exit synced: results, rowcount and errors are in
+
+    def execute_together(
+        self, statements: Sequence[tuple[Any, Sequence[Any] | dict[str, Any]]]
+    ) -> list[psycopg.Cursor[Any]]:
+        """Run independent statements in one pipeline: one round trip for all of them.
+
+        In a ``single`` session this is its one call, and each statement reads
+        its own snapshot, as that many ``single`` reads would; inside a
+        transaction they run in it, in order.
+
+        Raises:
+            LedgerError: a ``single`` session already ran its statement.
+        """
+        if not self._single:
+            return [self.execute(query, params) for query, params in statements]
+        if self._begin is None:
+            raise LedgerError("a single-statement ledger read ran a second statement")
+        self._begin = None
+        cursors = []
+        with self._conn.pipeline():
+            for query, params in statements:
+                cursors.append(self._conn.execute(query, params))
+        return cursors
 
     def execute_and_commit(
         self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
@@ -422,26 +477,26 @@ class _Session:
             LedgerError: the session already ran a statement (its transaction
                 would commit the earlier ones unseen) or is ``single``.
         """
-        if self._begin is None or self._single:
+        if self._begin is None or self._single or self._queued:
             raise LedgerError("execute_and_commit must be a transaction's only statement")
-        begin, self._begin = self._begin, None
-        self._committed = True
-        with self._conn.pipeline():
-            for statement in begin:
-                self._conn.execute(statement)
-            cur = self._conn.execute(query, params)
-            self._conn.execute("COMMIT")
-        return cur
+        return self._send(query, params, commit=True)
 
     def finish(self, statement: str) -> None:
-        """``COMMIT`` or ``ROLLBACK`` the transaction, if a statement opened one.
+        """``COMMIT`` (with the writes still queued) or ``ROLLBACK``, if a transaction began.
 
         A ``single`` session opened none (its statement ran in autocommit), so
         it sends nothing: a ``ROLLBACK`` there would cost a round trip and
         only draw the server's "there is no transaction in progress" warning.
         """
-        if self._begin is None and not self._single and not self._committed:
+        if self._single or self._committed:
+            return
+        if statement == "COMMIT" and self._queued:
+            query, params = self._queued.pop()
+            self._send(query, params, commit=True)
+        elif self._begin is None:
+            self._queued.clear()
             self._conn.execute(statement)
+        self._queued.clear()
 
 
 class _Reader:
@@ -574,6 +629,20 @@ class _Reader:
         )
         return [_operation_tombstone(row) for row in rows]
 
+    def intent_neighbours(
+        self, operation_id: str, intent_hash: str
+    ) -> tuple[list[Operation], list[OperationTombstone]]:
+        ops, tombs = self._conn.execute_together(
+            [
+                (SQL_INTENT_NEIGHBOURS, (operation_id, intent_hash)),
+                (SQL_INTENT_NEIGHBOUR_TOMBSTONES, (operation_id, intent_hash)),
+            ]
+        )
+        return (
+            [self._decoded.operation(tuple(r)) for r in ops.fetchall()],
+            [_operation_tombstone(row) for row in tombs.fetchall()],
+        )
+
 
 class _Transaction(_Reader):
     """Reads and writes inside one READ COMMITTED transaction; rows it reads are locked."""
@@ -620,9 +689,10 @@ class _Transaction(_Reader):
         prev = raw[codec.OPERATION_COLUMNS.index("prev_state")]
         return codec.state_or_corrupt(prev, operation_id), self._decoded.operation(raw)
 
-    def append_event(self, event: NewEvent) -> int:
-        ((seq,),) = self._rows(SQL_INSERT_EVENT, codec.event_to_row(event))
-        return int(seq)
+    def append_event(self, event: NewEvent) -> None:
+        # Nobody reads an event back inside the transaction that appends it:
+        # it travels with the next statement or the COMMIT (no round trip of its own).
+        self._conn.queue(SQL_INSERT_EVENT, codec.event_to_row(event))
 
     def put_approval(self, approval: Approval) -> WriteOnce:
         row = codec.approval_to_row(approval)

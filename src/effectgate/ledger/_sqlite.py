@@ -463,6 +463,22 @@ class _Reader:
         )
         return [_operation_tombstone(row) for row in rows]
 
+    def intent_neighbours(
+        self, operation_id: str, intent_hash: str
+    ) -> tuple[list[Operation], list[OperationTombstone]]:
+        query = SQL_LIST_OPERATIONS + " WHERE operation_id = ? OR intent_hash = ?" + SQL_LIST_ORDER
+        key = (operation_id, intent_hash)
+        if self._decoded is None:
+            ops = [codec.operation_from_row(r) for r in self._conn.execute(query, key).fetchall()]
+        else:
+            ops = [self._decoded.operation(raw) for raw in _tuples(self._conn, query, key)]
+        tombs = self._conn.execute(
+            _SQL_OP_TOMBSTONE
+            + " WHERE operation_id = ? OR intent_hash = ? ORDER BY finished_at_ms, operation_id",
+            key,
+        )
+        return ops, [_operation_tombstone(t) for t in tombs]
+
 
 class _Transaction(_Reader):
     """Reads and writes inside one ``BEGIN IMMEDIATE`` transaction.
@@ -516,10 +532,8 @@ class _Transaction(_Reader):
         op = codec.operation_from_row(rows[0])
         return codec.state_or_corrupt(rows[0]["prev_state"], operation_id), op
 
-    def append_event(self, event: NewEvent) -> int:
-        cur = self._conn.execute(SQL_INSERT_EVENT, codec.event_to_row(event))
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+    def append_event(self, event: NewEvent) -> None:
+        self._conn.execute(SQL_INSERT_EVENT, codec.event_to_row(event))
 
     def put_approval(self, approval: Approval) -> WriteOnce:
         row = codec.approval_to_row(approval)

@@ -205,6 +205,22 @@ class StoreReader(Protocol):
         """Return the tombstones of compacted operations of one intent, oldest finish first."""
         ...
 
+    def intent_neighbours(
+        self, operation_id: str, intent_hash: str
+    ) -> tuple[list[Operation], list[OperationTombstone]]:
+        """Operations and compacted ones' tombstones under ``operation_id`` or of ``intent_hash``.
+
+        What a review asks of the ledger about one call, in one reading: the
+        operation and the tombstone its id may already have, and every other
+        operation and tombstone of the same intent. Operations in
+        ``list_operations`` order (``created_at``, then id), tombstones in
+        ``list_operation_tombstones`` order. The two lists may be read from
+        two snapshots (each statement its own, as two one-call reads would
+        be): a store may send both at once (``PostgresLedgerStore``: one
+        round trip instead of four).
+        """
+        ...
+
 
 class StoreTransaction(StoreReader, Protocol):
     """Reads and writes inside one atomic, isolated transaction.
@@ -232,8 +248,15 @@ class StoreTransaction(StoreReader, Protocol):
         """
         ...
 
-    def append_event(self, event: NewEvent) -> int:
-        """Append ``event`` and return its ``seq``, greater than every earlier one."""
+    def append_event(self, event: NewEvent) -> None:
+        """Append ``event``; the store gives it a ``seq`` greater than every earlier one.
+
+        Nothing is returned, so a store may send the insert later in the same
+        transaction, with its next statement or its commit
+        (``PostgresLedgerStore`` does, saving a round trip per event); an
+        error the insert raises then surfaces there, and the transaction is
+        rolled back as for any error.
+        """
         ...
 
     def put_approval(self, approval: Approval) -> WriteOnce:
