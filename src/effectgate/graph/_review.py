@@ -109,7 +109,13 @@ def _belongs(op: Operation, *, keyed: bool, thread_id: str, tool_call_id: str) -
 
 
 def choose_operation_id(
-    spec: ToolSpec, args: Any, *, ledger: Ledger, thread_id: str, tool_call_id: str
+    spec: ToolSpec,
+    args: Any,
+    *,
+    ledger: Ledger,
+    thread_id: str,
+    tool_call_id: str,
+    known: Mapping[str, Operation | None] | None = None,
 ) -> tuple[str, Operation | None]:
     """Choose the operation id (the idempotency key) of one call, against the ledger.
 
@@ -142,6 +148,8 @@ def choose_operation_id(
         ledger: read for the operations already under each candidate id.
         thread_id: the thread proposing the call.
         tool_call_id: the model's id of the call.
+        known: what the ledger holds under some candidate ids, already read
+            (``None`` for a free id); the others are read here.
 
     Returns:
         The base id or its first ``#n`` variant that is free or belongs to this
@@ -159,7 +167,10 @@ def choose_operation_id(
     base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=tool_call_id)
     keyed = base != default_operation_id(thread_id, tool_call_id)
     candidate, n = base, 1
-    while (op := ledger.get(candidate)) is not None and not (
+    read = known or {}
+    while (
+        op := read[candidate] if candidate in read else ledger.get(candidate)
+    ) is not None and not (
         _same_base(spec, op, base, suffixed=n > 1)
         and _belongs(op, keyed=keyed, thread_id=thread_id, tool_call_id=tool_call_id)
     ):
@@ -238,7 +249,7 @@ _MAY_TAKE_EFFECT = (UNFINISHED - {OpState.PROPOSED}) | {OpState.SUCCEEDED}
 
 
 def _same_intent(
-    ledger: Ledger, op_id: str, ihash: str, thread_id: str
+    same: Sequence[Operation], op_id: str, thread_id: str
 ) -> tuple[str | None, list[Operation]]:
     """A possible duplicate elsewhere, and this thread's rejected operations, of one intent.
 
@@ -249,11 +260,11 @@ def _same_intent(
     that neither sees the other's yet still both pass: this is a reviewer's
     aid, not a lock (README, "what it does not do"). The same intent a
     reviewer of this thread rejected is a repeat the model was told not to
-    make.
+    make. ``same``: the ledger's operations of the intent, oldest first.
     """
     dup = None
     rejected = []
-    for op in ledger.list(intent_hash=ihash):
+    for op in same:
         if op.operation_id == op_id:
             continue
         if dup is None and op.state in _MAY_TAKE_EFFECT:
@@ -263,18 +274,17 @@ def _same_intent(
     return dup, rejected
 
 
-def _compacted_duplicate(ledger: Ledger, op_id: str, ihash: str) -> OperationTombstone | None:
+def _compacted_duplicate(
+    tombstones: Sequence[OperationTombstone], op_id: str
+) -> OperationTombstone | None:
     """The latest compacted operation of this intent that took effect (not ``op_id`` itself).
 
     Retention compacts a terminal operation to a tombstone that keeps its
     intent hash for the deduplication window (``effectgate.retention``): a
     repeat of that intent under another id is still a possible duplicate.
+    ``tombstones``: the intent's tombstones, oldest finish first.
     """
-    found = [
-        t
-        for t in ledger.operation_tombstones(intent_hash=ihash)
-        if t.operation_id != op_id and t.state is OpState.SUCCEEDED
-    ]
+    found = [t for t in tombstones if t.operation_id != op_id and t.state is OpState.SUCCEEDED]
     return found[-1] if found else None
 
 
@@ -347,15 +357,28 @@ def _prepare_one(
     replaced: Mapping[str, str],
 ) -> Prepared:
     args = spec.normalize(call.args, tool_call_id=call.id)
-    op_id, existing = choose_operation_id(
-        spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=call.id
-    )
     ihash = spec.intent_hash(args)
+    base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=call.id)
+    # One reading for the id and the intent (one round trip on PostgreSQL);
+    # a taken id's ``#n`` variants, rare, are read one by one.
+    near, near_tombs = ledger.intent_neighbours(base, ihash)
+    at_base = next((op for op in near if op.operation_id == base), None)
+    op_id, existing = choose_operation_id(
+        spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=call.id, known={base: at_base}
+    )
+    tombs = {t.operation_id: t for t in near_tombs}
     # This very id was used before and compacted: a replay or a new run reached it.
-    reopened = ledger.operation_tombstone(op_id) if existing is None else None
+    reopened = None
+    if existing is None:
+        read = op_id == base or op_id in tombs
+        reopened = tombs.get(op_id) if read else ledger.operation_tombstone(op_id)
     conflict = bound_to_other_intent(op_id, ihash, existing=existing, tombstone=reopened)
-    dup, rejected = _same_intent(ledger, op_id, ihash, thread_id)
-    dup_tomb = None if dup is not None else _compacted_duplicate(ledger, op_id, ihash)
+    dup, rejected = _same_intent([op for op in near if op.intent_hash == ihash], op_id, thread_id)
+    dup_tomb = (
+        None
+        if dup is not None
+        else _compacted_duplicate([t for t in near_tombs if t.intent_hash == ihash], op_id)
+    )
     repeat = _repeat_flag(ledger, rejected)
     replaced_by = replaced.get(ihash)
     ttl = policy.approval_ttl_s

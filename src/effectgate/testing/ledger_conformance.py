@@ -662,6 +662,35 @@ class LedgerConformance(abc.ABC):
 
     # -------------------------------------------------- store primitives
 
+    def test_intent_neighbours_reads_the_id_and_the_intent(self) -> None:
+        """Operations and tombstones under the id or of the intent, each list in listing order."""
+        ledger = self.ledger()
+        same = {"path": "a.txt", "content": "x"}
+        first = make_request("t1:c1", args=same)
+        ledger.record_review([first], [make_approval(first, self.clock, decision="reject")])
+        self.clock.advance(1)
+        second = make_request("t1:c2", args=same)
+        other = make_request("t1:c3", args={"path": "b.txt", "content": "y"})
+        ledger.open(**_fields(second))
+        self.clock.advance(1)
+        ledger.open(**_fields(other))
+        ids = lambda ops: [op.operation_id for op in ops]  # noqa: E731
+        ops, tombs = ledger.intent_neighbours("t1:c3", first.intent_hash)
+        assert (ids(ops), tombs) == (["t1:c1", "t1:c2", "t1:c3"], [])
+        assert ops == [*ledger.list(intent_hash=first.intent_hash), ledger.get("t1:c3")]
+        assert ids(ledger.intent_neighbours("t9:none", other.intent_hash)[0]) == ["t1:c3"]
+        assert ledger.intent_neighbours("t9:none", "0" * 64) == ([], [])
+        self.clock.advance(60)
+        with ledger.store.transaction() as tx:
+            now = self.clock.now()
+            assert tx.compact_operations(finished_before=now, now=now) == 1  # the rejected one
+        ops, tombs = ledger.intent_neighbours("t9:none", first.intent_hash)
+        assert ids(ops) == ["t1:c2"]
+        assert tombs == ledger.operation_tombstones(intent_hash=first.intent_hash)
+        assert [t.operation_id for t in tombs] == ["t1:c1"]
+        ops, tombs = ledger.intent_neighbours("t1:c1", other.intent_hash)
+        assert (ids(ops), [t.operation_id for t in tombs]) == (["t1:c3"], ["t1:c1"])
+
     def test_store_compare_and_set_mismatch_writes_nothing(self) -> None:
         """A compare-and-set that does not match returns None and writes nothing."""
         ledger = self.ledger()
