@@ -674,7 +674,10 @@ class LedgerConformance(abc.ABC):
         ledger.open(**_fields(second))
         self.clock.advance(1)
         ledger.open(**_fields(other))
-        ids = lambda ops: [op.operation_id for op in ops]  # noqa: E731
+
+        def ids(ops: list[Operation]) -> list[str]:
+            return [op.operation_id for op in ops]
+
         ops, tombs = ledger.intent_neighbours("t1:c3", first.intent_hash)
         assert (ids(ops), tombs) == (["t1:c1", "t1:c2", "t1:c3"], [])
         assert ops == [*ledger.list(intent_hash=first.intent_hash), ledger.get("t1:c3")]
