@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -97,6 +98,59 @@ def test_task_writes_commit_asynchronously_checkpoints_synchronously(postgres_ur
         assert probe.seen == [("checkpoint", "on"), ("writes", "off"), ("checkpoint", "on")]
         tup = probe.get_tuple(saved)
         assert tup is not None and tup.pending_writes == [("task-1", "x", 1)]
+
+
+def test_the_async_path_keeps_the_commit_rule(postgres_url: str) -> None:
+    """aput_writes at synchronous_commit=off, aput at on: the async methods run the sync ones."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    async def go(probe: _Probe) -> Any:
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        saved = await probe.aput(config, empty_checkpoint(), {"source": "input", "step": 0}, {})
+        await probe.aput_writes(saved, [("x", 1)], task_id="task-1")
+        await probe.aput(saved, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+        listed = [t async for t in probe.alist({"configurable": {"thread_id": "t"}})]
+        return await probe.aget_tuple(saved), listed
+
+    with open_postgres_saver(postgres_url) as plain:
+        probe = _Probe(plain.conn)
+        tup, listed = asyncio.run(go(probe))
+        assert probe.seen == [("checkpoint", "on"), ("writes", "off"), ("checkpoint", "on")]
+        assert tup is not None and tup.pending_writes == [("task-1", "x", 1)]
+        assert len(listed) == 2
+
+
+def test_incident_end_to_end_through_langgraphs_async_path(
+    services: DemoServices, state_dir: StateDir, postgres_url: str
+) -> None:
+    """graph.astream on the PostgreSQL store: reviews answered by interrupt id, each effect once.
+
+    LangGraph's async path calls the checkpointer's async methods, which
+    ``PostgresSaver`` does not have (NotImplementedError before).
+    """
+    from langgraph.types import Command
+
+    async def run(graph: Any) -> None:
+        config: Any = {"configurable": {"thread_id": "a1"}}
+        value: Any = {"messages": [("user", TASK)]}
+        for _ in range(20):
+            async for _chunk in graph.astream(value, config, durability="sync"):
+                pass
+            state = await graph.aget_state(config)
+            if not state.interrupts:
+                break
+            value = Command(resume={i.id: _approve_all(dict(i.value)) for i in state.interrupts})
+        assert not state.next and not state.interrupts
+
+    with open_agent(state_dir, endpoints=services.endpoints, store=postgres_url) as agent:
+        asyncio.run(run(agent.graph))
+    w = world(state_dir)
+    assert (w.tickets, w.mails, w.duplicate_tickets) == (1, 1, 0)
+    with PostgresLedger(postgres_url) as ledger:
+        assert {op.tool: op.state for op in ledger.list(thread_id="a1")} == {
+            t: OpState.SUCCEEDED for t in ("create_ticket", "send_email", "write_file")
+        }
+    assert checkpoint_problems(postgres_url, "a1") == []
 
 
 def test_setup_is_shared_by_workers_starting_together(postgres_url: str) -> None:

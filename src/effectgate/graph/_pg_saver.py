@@ -26,7 +26,9 @@ Commit", 30.4, and ``synchronous_commit`` in 20.5):
   A lost resume write asks the reviewer again; a lost interrupt write re-runs
   the review node, which raises the same interrupt.
 
-This saver keeps no memo of checkpoint lineage (``get_delta_channel_history``
+LangGraph's async path runs each async method's sync twin in a worker
+thread (``_AsyncInThreads``, shared with ``StepDurableSaver``), so the rule
+holds there too. This saver keeps no memo of checkpoint lineage (``get_delta_channel_history``
 is ``PostgresSaver``'s own, done by the server), but it has ``head()``, as
 ``StepDurableSaver`` does: the runner's resume shortcut (answer its own last
 interrupts while the thread's head is unchanged) then skips reloading the
@@ -48,6 +50,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
+from effectgate.graph._saver import _AsyncInThreads
+
 __all__ = ["StepDurablePostgresSaver", "open_postgres_saver"]
 
 # The latest checkpoint of a thread (the order PostgresSaver.get_tuple takes
@@ -63,8 +67,15 @@ _SETUP_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('effectgate.checkpoints.
 _SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.checkpoints.setup'))"
 
 
-class StepDurablePostgresSaver(PostgresSaver):
+class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
     """``PostgresSaver`` whose task writes commit asynchronously and checkpoints synchronously.
+
+    LangGraph's async path (``graph.ainvoke``, ``graph.astream``) works on it
+    too: each async method runs its sync twin in a worker thread, under the
+    same rule and on the same pool (``StepDurableSaver`` does the same on
+    SQLite), rather than on an ``AsyncPostgresSaver`` beside it, whose sync
+    methods refuse a call from its event loop's thread and whose writes would
+    follow upstream's commit rule, not this one.
 
     Args:
         conn: a ``psycopg_pool.ConnectionPool`` (or one connection) of

@@ -54,6 +54,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph._internal._typing import MISSING
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -80,20 +81,22 @@ __all__ = ["HeadState", "StepDurableSaver", "head_state"]
 class _AsyncInThreads:
     """LangGraph's async saver methods, each running its sync twin in a worker thread.
 
-    ``SqliteSaver`` raises ``NotImplementedError`` for ``aget_tuple``,
-    ``alist``, ``aput`` and ``aput_writes`` (upstream sends async users to
-    ``AsyncSqliteSaver``, whose durability rules are upstream's). Mixed into
-    ``StepDurableSaver``, each async method runs the sync one in a worker
-    thread (``asyncio.to_thread``): the same lock, the same ``NORMAL`` writes
-    and ``FULL`` checkpoints, the same lineage memory, and the event loop never
-    waits on SQLite. The sync methods never touch an event loop, so calling
-    them from the loop's own thread cannot deadlock, as a sync call on
-    ``AsyncSqliteSaver`` from its own loop does.
+    ``SqliteSaver`` and ``PostgresSaver`` raise ``NotImplementedError`` for
+    ``aget_tuple``, ``alist``, ``aput`` and ``aput_writes`` (upstream sends
+    async users to ``AsyncSqliteSaver`` and ``AsyncPostgresSaver``, whose
+    durability rules are upstream's). Mixed into ``StepDurableSaver`` and
+    ``StepDurablePostgresSaver``, each async method runs the sync one in a
+    worker thread (``asyncio.to_thread``): the same connection or pool, the
+    same cheap task writes and durable checkpoints, the same lineage memory,
+    and the event loop never waits on the database. The sync methods never
+    touch an event loop, so calling them from the loop's own thread cannot
+    deadlock, as a sync call on ``AsyncSqliteSaver`` from its own loop does
+    (``AsyncPostgresSaver`` refuses such a call outright).
     """
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``get_tuple`` in a worker thread."""
-        saver = cast("StepDurableSaver", self)
+        saver = cast("BaseCheckpointSaver[Any]", self)
         return await asyncio.to_thread(saver.get_tuple, config)
 
     async def alist(
@@ -105,7 +108,7 @@ class _AsyncInThreads:
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """``list`` in a worker thread (read in full, then yielded)."""
-        saver = cast("StepDurableSaver", self)
+        saver = cast("BaseCheckpointSaver[Any]", self)
         found = await asyncio.to_thread(
             lambda: list(saver.list(config, filter=filter, before=before, limit=limit))
         )
@@ -119,8 +122,8 @@ class _AsyncInThreads:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """``put`` (an fsync'd commit) in a worker thread."""
-        saver = cast("StepDurableSaver", self)
+        """``put`` (a durable commit) in a worker thread."""
+        saver = cast("BaseCheckpointSaver[Any]", self)
         return await asyncio.to_thread(saver.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
@@ -130,20 +133,20 @@ class _AsyncInThreads:
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """``put_writes`` (committed at ``NORMAL``) in a worker thread."""
-        saver = cast("StepDurableSaver", self)
+        """``put_writes`` (a cheap commit) in a worker thread."""
+        saver = cast("BaseCheckpointSaver[Any]", self)
         await asyncio.to_thread(saver.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """``delete_thread`` in a worker thread."""
-        saver = cast("StepDurableSaver", self)
+        saver = cast("BaseCheckpointSaver[Any]", self)
         await asyncio.to_thread(saver.delete_thread, thread_id)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """``get_delta_channel_history`` (remembered lineage) in a worker thread."""
-        saver = cast("StepDurableSaver", self)
+        saver = cast("BaseCheckpointSaver[Any]", self)
         return await asyncio.to_thread(
             lambda: saver.get_delta_channel_history(config=config, channels=channels)
         )
