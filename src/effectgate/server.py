@@ -28,6 +28,11 @@ set it):
 
 - ``EFFECTGATE_STATE_DIR``: the state directory (ledger, workspace); default
   ``.effectgate-server`` in the server's working directory.
+- ``EFFECTGATE_STORE``: a ``postgresql://`` URL for the ledger, as for the
+  CLI's ``--store``. A state directory that already records a store uses it
+  without this variable: its ledger is the one in PostgreSQL, never a second,
+  empty SQLite ledger beside it (which would let the served graph repeat every
+  effect that ledger recorded).
 - ``EFFECTGATE_MODEL``: a model spec as for ``effectgate run --model``;
   default ``scripted:incident`` (offline).
 - ``EFFECTGATE_SERVICES``: the demo ticket service and mail sink, either
@@ -61,6 +66,7 @@ __all__ = ["make_graph"]
 STATE_DIR_ENV = "EFFECTGATE_STATE_DIR"
 MODEL_ENV = "EFFECTGATE_MODEL"
 SERVICES_ENV = "EFFECTGATE_SERVICES"
+STORE_ENV = "EFFECTGATE_STORE"
 
 
 async def make_graph(
@@ -84,8 +90,9 @@ async def make_graph(
         ``effect:<tool>`` nodes, with the ledger of ``EFFECTGATE_STATE_DIR``.
 
     Raises:
-        ConfigError: the state directory, model spec or ``EFFECTGATE_SERVICES``
-            is invalid (the server reports it when it loads the graph).
+        ConfigError: the state directory, store, model spec or
+            ``EFFECTGATE_SERVICES`` is invalid (the server reports it when it
+            loads the graph).
     """
     del config
     return await asyncio.to_thread(_built)
@@ -101,13 +108,15 @@ def _built() -> CompiledStateGraph[Any, Any, Any, Any]:
 def _build() -> CompiledStateGraph[Any, Any, Any, Any]:
     from effectgate._app import DEFAULT_SYSTEM_PROMPT, StateDir, default_tools
     from effectgate.graph import build_agent
-    from effectgate.ledger import SqliteLedger
     from effectgate.models import make_model
 
-    state = StateDir.open(os.environ.get(STATE_DIR_ENV) or ".effectgate-server")
+    state = StateDir.open(
+        os.environ.get(STATE_DIR_ENV) or ".effectgate-server",
+        store=os.environ.get(STORE_ENV) or None,
+    )
     model = make_model(os.environ.get(MODEL_ENV) or "scripted:incident")
     endpoints = _endpoints(os.environ.get(SERVICES_ENV), state.services)
-    ledger = SqliteLedger(state.ledger)
+    ledger = state.open_ledger()  # the directory's one ledger: SQLite, or its recorded store
     atexit.register(ledger.close)
     parts = build_agent(
         model,
