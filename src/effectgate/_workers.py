@@ -40,7 +40,9 @@ from effectgate._process import owner_is_gone
 from effectgate.errors import ConfigError, ThreadBusyError
 
 if TYPE_CHECKING:
+    from effectgate._app import StateDir
     from effectgate.graph import Agent, RunResult
+    from effectgate.ledger import ThreadRecord
 
 __all__ = [
     "Readiness",
@@ -49,6 +51,7 @@ __all__ = [
     "report_line",
     "run_worker_processes",
     "submit",
+    "thread_agent",
     "work",
     "worker_main",
 ]
@@ -208,6 +211,7 @@ def work(
     *,
     say: Callable[[Mapping[str, Any]], None] | None = None,
     stop: threading.Event | None = None,
+    refuses: Callable[[ThreadRecord], str | None] | None = None,
 ) -> int:
     """Take ready threads until stopped (or idle, with ``until_idle``); return how many runs.
 
@@ -217,6 +221,10 @@ def work(
         say: receives one JSON-compatible line per run (thread, status).
         stop: once set, no new run starts (pair it with ``agent.request_stop``
             to end the current run at a superstep boundary).
+        refuses: why this worker must not run a thread (another agent's
+            thread: ``worker_main`` matches the thread's recorded
+            ``--agent`` recipe), or ``None`` to take it; reported once as
+            ``skipped``, like a thread that needs a tool the agent lacks.
 
     Returns:
         The number of runs this worker made.
@@ -231,6 +239,12 @@ def work(
             if stop.is_set():
                 break
             if record.thread_id in skipped:
+                continue
+            why = refuses(record) if refuses is not None else None
+            if why is not None:
+                skipped.add(record.thread_id)
+                if say is not None:
+                    say({"thread_id": record.thread_id, "skipped": why})
                 continue
             state = readiness(agent, record.thread_id)
             if state is Readiness.HELD:
@@ -290,6 +304,37 @@ def report_text(data: Mapping[str, Any]) -> None:
     print(" ".join(f"{k}={terminal_safe(str(v))}" for k, v in data.items()), flush=True)
 
 
+def thread_agent(sd: StateDir, record: ThreadRecord) -> str | None:
+    """The ``--agent`` recipe (``module:factory``) a thread runs with; ``None``: the built-in tools.
+
+    The thread record's metadata says it when the thread was started with
+    ``effectgate run --agent`` or submitted with ``metadata={"agent": ...}``
+    (the ledger: the same answer on every machine); a thread started through
+    the library and later run with ``--agent`` is remembered in the state
+    directory's ``agents.json``.
+    """
+    from effectgate.cli._loader import remembered_agent
+
+    recorded = record.metadata.get("agent")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return remembered_agent(sd, record.thread_id)
+
+
+def _refuses(sd: StateDir, spec: str | None) -> Callable[[ThreadRecord], str | None]:
+    """Skip the threads of another agent: each thread runs with the recipe it was started with."""
+
+    def why(record: ThreadRecord) -> str | None:
+        theirs = thread_agent(sd, record)
+        if theirs == spec:
+            return None
+        if theirs is None:
+            return "it runs with the built-in tools: a worker without --agent takes it"
+        return f"it runs with --agent {theirs}: a worker with --agent {theirs} takes it"
+
+    return why
+
+
 def worker_main(
     state_dir: Path,
     *,
@@ -300,32 +345,47 @@ def worker_main(
     until_idle: bool,
     lease_ttl_s: float,
     json_out: bool = True,
+    agent_spec: str | None = None,
 ) -> int:
     """``effectgate worker``: run ``processes`` workers on a state directory; return the exit code.
 
     The demo services' addresses are read from ``services/endpoints.json``
     when present (``effectgate services`` writes it), so the ticket and mail
-    tools reach them; the model is ``model`` for every thread.
+    tools reach them; the model is ``model`` for every thread. With
+    ``agent_spec`` (``module:factory``, as ``effectgate run --agent``) the
+    agent is built from that recipe (its tools, policy, prompt, and its model
+    if it names one), and the worker takes only the threads recorded with
+    that recipe; without it, only the threads of the built-in tools.
 
     Raises:
-        ConfigError: bad state directory, store or model specification.
+        ConfigError: bad state directory, store, model specification or recipe.
     """
     from effectgate._app import StateDir, open_agent
+    from effectgate.cli._loader import load_recipe
     from effectgate.demo.services import ServiceEndpoints
 
     sd: StateDir = StateDir.open(state_dir, store=store)
+    recipe = load_recipe(agent_spec, sd) if agent_spec is not None else None
     if processes > 1:
         argv = ["worker", "--state-dir", str(sd.root), "--processes", "1", "--model", model]
         argv += ["--lease-ttl", str(lease_ttl_s)]
         argv += ["--approve", approve] if approve else []
         argv += ["--until-idle"] if until_idle else []
         argv += ["--store", store] if store else []
+        argv += ["--agent", agent_spec] if agent_spec else []
         argv += ["--json"] if json_out else []
         return run_worker_processes(argv, processes)
     found = sd.services / "endpoints.json"
     endpoints = ServiceEndpoints(**json.loads(found.read_text())) if found.is_file() else None
     opts = WorkerOptions(approve=approve, until_idle=until_idle)
-    with open_agent(sd, model=model, endpoints=endpoints, lease_ttl_s=lease_ttl_s) as agent:
+    options: dict[str, Any] = {"model": model, "endpoints": endpoints}
+    if recipe is not None:
+        options = {"model": recipe.model or model, "tools": list(recipe.tools)}
+        if recipe.policy is not None:
+            options["policy"] = recipe.policy
+        if recipe.system_prompt is not None:
+            options["system_prompt"] = recipe.system_prompt
+    with open_agent(sd, lease_ttl_s=lease_ttl_s, **options) as agent:
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: Any) -> None:
@@ -335,7 +395,7 @@ def worker_main(
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             say = report_line if json_out else report_text
-            runs = work(agent, opts, say=say, stop=stop)
+            runs = work(agent, opts, say=say, stop=stop, refuses=_refuses(sd, agent_spec))
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)

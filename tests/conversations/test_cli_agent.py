@@ -77,3 +77,30 @@ def test_a_follow_up_from_the_cli_and_a_bad_agent_spec(state_dir: StateDir) -> N
     assert _bells(state_dir) == ["release"]
     bad = eg("run", "x", "--agent", "no_such_module:build", *sd, cwd=ROOT)
     assert bad.code == 2 and "cannot import 'no_such_module'" in bad.stderr
+
+
+def test_a_worker_runs_the_threads_of_its_own_agent_only(state_dir: StateDir) -> None:
+    """`effectgate worker --agent M:F` takes the threads started with M:F; others skip them.
+
+    Before, a worker always ran the built-in tools: a thread started with
+    --agent was skipped by every worker (a tool it lacked), or, had its
+    tools shared names with the built-in ones, run with the wrong ones.
+    """
+    sd = ["--state-dir", str(state_dir.root)]
+    start = eg("run", _custom_agent.TASK, "--thread", "b", "--agent", AGENT, *sd, cwd=ROOT)
+    assert start.code == 4, (start.stdout, start.stderr)  # waits at its review
+    plain = eg("worker", "--approve", "all", "--until-idle", "--json", *sd, cwd=ROOT)
+    assert plain.code == 0, plain.stderr
+    lines = [json.loads(line) for line in plain.stdout.splitlines()]
+    assert {"thread_id": "b", "skipped": f"it runs with --agent {AGENT}: a worker with "
+            f"--agent {AGENT} takes it"} in lines  # fmt: skip
+    assert lines[-1]["runs"] == 0 and not (state_dir.workspace / "bells").exists()
+    own = eg("worker", "--agent", AGENT, "--processes", "2", "--approve", "all", "--until-idle",
+             "--json", *sd, cwd=ROOT)  # fmt: skip
+    assert own.code == 0, own.stderr
+    runs = [json.loads(line) for line in own.stdout.splitlines()]
+    assert {"thread_id": "b", "was": "review", "status": "done"} in runs
+    assert sum(r.get("runs", 0) for r in runs) == 1  # one of the two processes ran it
+    assert _bells(state_dir) == ["release"]
+    listed = json.loads(eg("threads", *sd, "--json", cwd=ROOT).stdout)["threads"]
+    assert [(t["thread_id"], t["status"]) for t in listed] == [("b", "done")]

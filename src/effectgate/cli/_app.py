@@ -643,6 +643,7 @@ def worker(
             "--lease-ttl", min=0.5, help="Seconds a dead worker's threads stay held (renewed live)."
         ),
     ] = 30.0,
+    agent: AgentOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Take threads that are ready to run (new, unfinished; reviews with --approve), leased.
@@ -650,7 +651,8 @@ def worker(
     Run it on one or many machines against the same --store: each thread runs
     in one worker at a time; a dead worker's threads are taken over after its
     lease expires (at once on the same host), repeating no effect. One line
-    per run on stdout (a JSON object with --json).
+    per run on stdout (a JSON object with --json). With --agent, only the
+    threads started with that recipe; without it, only the built-in tools'.
     """
     from effectgate._workers import worker_main
 
@@ -665,6 +667,7 @@ def worker(
             until_idle=until_idle,
             lease_ttl_s=lease_ttl,
             json_out=json_out,
+            agent_spec=agent,
         )
     raise typer.Exit(code)
 
