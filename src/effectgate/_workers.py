@@ -135,30 +135,40 @@ def readiness(agent: Agent, thread_id: str) -> Readiness:
     return Readiness.DONE if status is RunStatus.DONE else Readiness.UNFINISHED
 
 
-def _answers(result: RunResult, approve: str, reviewer: str) -> dict[str, Any]:
-    """One answer per pending review, keyed by its interrupt id (an answer names its review).
+def _answers(result: RunResult, opts: WorkerOptions, notes: list[str]) -> dict[str, Any]:
+    """One answer per pending review the policy may answer, keyed by its interrupt id.
 
-    Reconciliations are left out: a verdict is a person's call.
+    The policy is the CLI's ``--approve all|none`` (``BlanketDecisions``), the
+    one home of that rule: it never approves a possible duplicate (of an
+    operation that took effect, or of a compacted one), a repeat of a
+    rejected call, a call a reviewer's edit replaced, a compacted operation,
+    or a call whose allowed decisions exclude approval. Such a review is left
+    for a person, and ``notes`` says why. Reconciliations are left out: a
+    verdict is a person's call.
     """
-    kind = "approve" if approve == "all" else "reject"
-    return {
-        item.id: {
-            "decisions": [{"type": kind} for _ in item.value.get("action_requests", ())],
-            "reviewer": reviewer,
-        }
-        for item in result.interrupts
-        if isinstance(item.value, Mapping) and item.value.get("type") == "review"
-    }
+    from effectgate.cli._decisions import BlanketDecisions
+
+    policy = BlanketDecisions(
+        approve=opts.approve == "all", reviewer=opts.reviewer, say=notes.append
+    )
+    answers: dict[str, Any] = {}
+    for item in result.interrupts:
+        if isinstance(item.value, Mapping) and item.value.get("type") == "review":
+            answer = policy.review(item.value)
+            if answer is not None:
+                answers[item.id] = answer
+    return answers
 
 
 def _run_one(
-    agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions
+    agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions, notes: list[str]
 ) -> tuple[RunResult, bool]:
     """Run one thread as far as it goes; the result, and whether the run moved it at all.
 
     A thread at a review that the policy leaves alone (nothing it may
     answer) has not moved: counting it as work would have a worker take it
     again at once, forever, and keep ``until_idle`` from ever ending.
+    ``notes`` receives why the policy left a review alone.
     """
     if state is Readiness.NEW:
         record = agent.ledger.get_thread(thread_id)
@@ -169,7 +179,7 @@ def _run_one(
         result = agent.resume(thread_id)
     moved = state is not Readiness.REVIEW
     while opts.approve and result.status == "waiting_review":
-        answers = _answers(result, opts.approve, opts.reviewer)
+        answers = _answers(result, opts, notes)
         if not answers:
             break
         result = agent.resume(thread_id, answers=answers)
@@ -185,10 +195,16 @@ def _take(
     *,
     say: Callable[[Mapping[str, Any]], None] | None,
     skipped: set[str],
+    noted: set[str] | None = None,
 ) -> Literal["moved", "held", "still"]:
-    """Run one ready thread; ``"moved"``, ``"held"`` (another worker has it) or ``"still"``."""
+    """Run one ready thread; ``"moved"``, ``"held"`` (another worker has it) or ``"still"``.
+
+    Why the review policy left a review for a person is said once per
+    thread and reason (``noted`` remembers what was said).
+    """
+    notes: list[str] = []
     try:
-        result, progressed = _run_one(agent, thread_id, state, opts)
+        result, progressed = _run_one(agent, thread_id, state, opts, notes)
     except ThreadBusyError:
         return "held"  # another worker took it between the look and the lease
     except ConfigError as exc:
@@ -198,6 +214,13 @@ def _take(
         if say is not None:
             say({"thread_id": thread_id, "was": state.value, "skipped": str(exc)})
         return "still"
+    finally:
+        for note in notes:
+            key = f"{thread_id}\n{note}"
+            if say is not None and (noted is None or key not in noted):
+                say({"thread_id": thread_id, "left_for_review": note})
+            if noted is not None:
+                noted.add(key)
     if not progressed:
         return "still"  # its review waits for what the policy does not answer
     if say is not None:
@@ -233,6 +256,8 @@ def work(
     runs = 0
     skipped: set[str] = set()
     """Threads this worker cannot run (a tool it lacks): reported once, then left alone."""
+    noted: set[str] = set()
+    """Why the review policy left a review for a person, per thread: said once."""
     while not stop.is_set():
         moved = held = 0
         for record in agent.ledger.list_threads():
@@ -252,7 +277,9 @@ def work(
             takes_review = state is Readiness.REVIEW and opts.approve is not None
             if state not in (Readiness.NEW, Readiness.UNFINISHED) and not takes_review:
                 continue
-            outcome = _take(agent, record.thread_id, state, opts, say=say, skipped=skipped)
+            outcome = _take(
+                agent, record.thread_id, state, opts, say=say, skipped=skipped, noted=noted
+            )
             held += outcome == "held"
             if outcome == "moved":
                 runs += 1
