@@ -235,3 +235,27 @@ def test_two_starts_on_one_data_dir_do_not_clobber_each_other(tmp_path: Path) ->
         t.join()
     assert [type(r).__name__ for r in results] == ["ServiceEndpoints"] * 3
     assert not list(tmp_path.glob(".*.ready.json"))
+
+
+def test_a_short_lived_instance_leaves_a_running_ones_endpoints_file(tmp_path: Path) -> None:
+    """`resume --with-services` beside `effectgate services`: endpoints.json keeps naming the latter.
+
+    Before, the short-lived instance overwrote the file with its own ports,
+    then deleted it when it stopped: workers started meanwhile sent mail to
+    ports that closed a moment later (FAILED with no attempts left), and
+    workers started after found no services at all.
+    """
+    path = tmp_path / "endpoints.json"
+    with DemoServices(tmp_path) as long_lived:
+        kept = json.loads(path.read_text())
+        assert kept["ticket_url"] == long_lived.endpoints.ticket_url
+        with DemoServices(tmp_path) as brief:
+            assert brief.endpoints.ticket_url != long_lived.endpoints.ticket_url
+            assert json.loads(path.read_text()) == kept
+        assert json.loads(path.read_text()) == kept  # not deleted by the brief one's stop
+    assert not path.exists()  # the long-lived one removed its own file
+    with DemoServices(tmp_path) as first:  # a file naming closed ports is replaced
+        path.write_text(json.dumps({**kept}))
+        with DemoServices(tmp_path) as second:
+            assert json.loads(path.read_text())["ticket_url"] == second.endpoints.ticket_url
+        assert first.endpoints.ticket_url != kept["ticket_url"]

@@ -168,12 +168,18 @@ class DemoServices:
         return self._publish()
 
     def stop(self) -> None:
-        """Terminate both servers (SIGTERM, then SIGKILL after a grace period); idempotent."""
+        """Terminate both servers (SIGTERM, then SIGKILL after a grace period); idempotent.
+
+        ``endpoints.json`` is removed only while it still names these servers
+        (a stale one would point people at ports nobody listens on); one that
+        names another instance's servers is left alone.
+        """
         for service in list(self._running):
             self._halt(service)
         if self._endpoints is not None:
-            # A stale endpoints.json would point people at ports nobody listens on.
-            (self.data_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+            path = self.data_dir / ENDPOINTS_FILE
+            if _read_endpoints(path) == self._endpoints:
+                path.unlink(missing_ok=True)
         self._endpoints = None
         atexit.unregister(self.stop)
 
@@ -346,6 +352,15 @@ class DemoServices:
         raise ServiceStartError(f"{service} server not ready within {self.startup_timeout} s")
 
     def _publish(self) -> ServiceEndpoints:
+        """Take the servers' endpoints and publish them in ``endpoints.json``.
+
+        Not over a file that names another instance's servers still
+        answering (an ``effectgate services`` that workers read the file
+        from): a run that starts services of its own for a moment (``resume
+        --with-services``, ``reconcile``) must not send them to ports that
+        close when it ends. Both instances serve the same data files.
+        """
+        previous = self._endpoints
         tickets, mail = self._running["tickets"].ready, self._running["mail"].ready
         self._endpoints = ServiceEndpoints(
             ticket_url=_url(self.host, int(tickets["port"])),
@@ -353,7 +368,10 @@ class DemoServices:
             smtp_port=int(mail["smtp_port"]),
             mail_url=_url(self.host, int(mail["http_port"])),
         )
-        write_ready_file(self.data_dir / ENDPOINTS_FILE, dataclasses.asdict(self._endpoints))
+        path = self.data_dir / ENDPOINTS_FILE
+        found = _read_endpoints(path)
+        if found is None or found == previous or not _answering(found):
+            write_ready_file(path, dataclasses.asdict(self._endpoints))
         return self._endpoints
 
     def _halt(self, service: str) -> None:
@@ -374,3 +392,21 @@ class DemoServices:
                 process.wait()
         with contextlib.suppress(OSError):
             running.log.close()
+
+
+def _read_endpoints(path: Path) -> ServiceEndpoints | None:
+    """The endpoints an ``endpoints.json`` names, or ``None`` (missing or not readable)."""
+    try:
+        return ServiceEndpoints(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _answering(endpoints: ServiceEndpoints, timeout_s: float = 0.5) -> bool:
+    """Whether both HTTP servers the endpoints name answer at all (any status)."""
+    for url in (endpoints.ticket_url, endpoints.mail_url):
+        try:
+            httpx.get(url + "/", timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+    return True
