@@ -238,7 +238,7 @@ def test_two_starts_on_one_data_dir_do_not_clobber_each_other(tmp_path: Path) ->
 
 
 def test_a_short_lived_instance_leaves_a_running_ones_endpoints_file(tmp_path: Path) -> None:
-    """`resume --with-services` beside `effectgate services`: endpoints.json keeps naming the latter.
+    """A brief instance beside `effectgate services`: endpoints.json keeps naming the latter.
 
     Before, the short-lived instance overwrote the file with its own ports,
     then deleted it when it stopped: workers started meanwhile sent mail to
