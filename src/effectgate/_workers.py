@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,32 +292,78 @@ def work(
     return runs
 
 
-def run_worker_processes(argv: Sequence[str], processes: int) -> int:
-    """Run ``processes`` copies of the worker command line; return the worst exit code.
+_RESTARTS_PER_MINUTE = 10
+"""Replacements of killed workers allowed in any 60 s: past it the pool stops replacing them."""
 
+
+def run_worker_processes(argv: Sequence[str], processes: int) -> int:
+    """Run ``processes`` copies of the worker command line, replacing any killed; return the exit.
+
+    A child killed by a signal (``kill -9``, the OOM killer) is replaced at
+    once, with one line on stderr, as a process supervisor would (its threads
+    are taken over by the others meanwhile, repeating no effect). A child
+    that exits by itself (idle with ``--until-idle``, an error) is not. More
+    than ``_RESTARTS_PER_MINUTE`` replacements in a minute stop the
+    replacing, so a worker that is killed at every start does not loop.
     SIGINT and SIGTERM are passed on to every child, which finishes its run
-    (a stop request) and exits.
+    (a stop request) and exits; nothing is replaced after that.
 
     Args:
         argv: the arguments after ``effectgate`` for one worker (``--processes 1``).
         processes: how many to run.
+
+    Returns:
+        The worst exit status of the children, a death by a signal counted as
+        1 (an unexpected error; its threads stay resumable), never the raw
+        negative status (which a shell shows as 247 for ``kill -9``).
     """
-    children = [
-        subprocess.Popen([sys.executable, "-m", "effectgate.cli", *argv]) for _ in range(processes)
-    ]
+    command = [sys.executable, "-m", "effectgate.cli", *argv]
+    children = [subprocess.Popen(command) for _ in range(processes)]
+    stopping = threading.Event()
+    restarts: list[float] = []
 
     def forward(signum: int, _frame: Any) -> None:
+        stopping.set()
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    codes: list[int] = []
     try:
-        codes = [child.wait() for child in children]
+        while children:
+            for child in list(children):
+                code = child.poll()
+                if code is None:
+                    continue
+                children.remove(child)
+                now = time.monotonic()
+                restarts[:] = [t for t in restarts if now - t < 60.0]
+                if code < 0 and not stopping.is_set():
+                    name = signal.Signals(-code).name if -code in signal.valid_signals() else code
+                    if len(restarts) < _RESTARTS_PER_MINUTE:
+                        restarts.append(now)
+                        children.append(subprocess.Popen(command))
+                        print(
+                            f"effectgate worker: worker {child.pid} was killed ({name}); "
+                            "started another",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        continue
+                    print(
+                        f"effectgate worker: worker {child.pid} was killed ({name}); "
+                        f"not replaced ({_RESTARTS_PER_MINUTE} replacements in the last minute)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                codes.append(1 if code < 0 else code)
+            if children:
+                stopping.wait(0.1)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return max(codes, key=lambda c: (c != 0, abs(c)))
+    return max(codes, key=lambda c: (c != 0, c), default=0)
 
 
 def report_line(data: Mapping[str, Any]) -> None:
