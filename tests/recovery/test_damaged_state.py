@@ -255,3 +255,16 @@ def test_a_lease_token_with_no_successor_is_damage_not_an_overflow(tmp_path: Pat
         ledger.acquire_lease("t", "w:2", 30.0)
     ran = eg("lease", "break", "--thread", "t", "--reason", "r", "--state-dir", str(state.root))
     assert ran.code == 1 and "Traceback" not in ran.stderr and "token" in ran.stderr
+
+
+def test_breaking_a_lease_already_given_up_says_nobody_held_it(
+    done: tuple[Path, EffectCall, Service],
+) -> None:
+    """It read "held by ... expiring 1970-01-01 ...; it may still be running" (a fresh user)."""
+    path, _, _ = done
+    with SqliteLedger(path) as ledger:
+        ledger.release_lease(ledger.acquire_lease("t1", "me", 30))
+    state = str(path.parent)
+    ran = eg("lease", "break", "--thread", "t1", "--reason", "tidy", "--state-dir", state)
+    assert ran.code == 0, ran.stderr
+    assert "already given up by me" in ran.stdout and "may still be running" not in ran.stdout

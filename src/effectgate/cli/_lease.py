@@ -20,6 +20,7 @@ from rich.markup import escape
 from effectgate._process import owner_is_gone
 from effectgate.cli._output import Output
 from effectgate.errors import ConfigError, DecisionError
+from effectgate.ledger._threads import GIVEN_UP
 
 __all__ = ["lease_break"]
 
@@ -74,16 +75,21 @@ def lease_break(state_dir: Path, output: Output, *, thread_id: str, reason: str,
     if output.json_mode:
         output.emit_json(report)
         return 0
-    holder = (
-        "its process has ended"
-        if gone
-        else "it may still be running: its next renewal fails and its run stops at a step boundary"
-    )
-    output.out.print(
-        f"broke the lease of thread {escape(repr(thread_id))}: held by "
-        f"{escape(broken.owner)} (token {broken.token}, expiring "
-        f"{broken.expires_at.isoformat()}); {holder}."
-    )
+    if broken.expires_at <= GIVEN_UP:
+        # Given up (or broken) before: nobody held it; the token still moved on.
+        state = f"it was already given up by {escape(broken.owner)} (token {broken.token})"
+    else:
+        holder = (
+            "its process has ended"
+            if gone
+            else "it may still be running: its next renewal fails and its run stops at a "
+            "step boundary"
+        )
+        state = (
+            f"held by {escape(broken.owner)} (token {broken.token}, expiring "
+            f"{broken.expires_at.isoformat()}); {holder}"
+        )
+    output.out.print(f"broke the lease of thread {escape(repr(thread_id))}: {state}.")
     output.out.print(
         f"recorded in the ledger: by {escape(by)} at {event.at.isoformat()}, "
         f"reason: {escape(reason)}"
