@@ -129,6 +129,15 @@ def test_blanket_answer_not_allowed_is_left_for_a_human() -> None:
     rejecting = BlanketDecisions(approve=False, reviewer="r", say=notes.append)
     answer = rejecting.review(_request("keyed"))
     assert answer is not None and answer["decisions"][0]["type"] == "reject"
+    # compacted by retention: no stored arguments to edit to, so none are advised
+    conflicting["action_requests"][0]["conflict"] = {
+        "operation_id": "op0",
+        "stored_args": None,
+        "stored_state": "SUCCEEDED",
+        "compacted": {"operation_id": "op0"},
+    }
+    assert source.review(conflicting) is None
+    assert "compacted by retention" in notes[-1] and "stored null" not in notes[-1]
 
 
 def test_decisions_file_answers_the_reviews_it_names_and_verdicts_by_id(tmp_path: Path) -> None:

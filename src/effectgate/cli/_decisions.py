@@ -110,7 +110,13 @@ class BlanketDecisions:
                 allowed = ", ".join(config.get("allowed_decisions", []))
                 conflict = action.get("conflict")
                 why = ""
-                if isinstance(conflict, Mapping):
+                if isinstance(conflict, Mapping) and conflict.get("compacted") is not None:
+                    why = (
+                        f": its operation id is bound to other arguments, compacted by "
+                        f"retention (state {conflict.get('stored_state')}; the arguments are no "
+                        "longer kept); reject it, or edit it to arguments that map to another id"
+                    )
+                elif isinstance(conflict, Mapping):
                     why = (
                         f": its operation id is bound to other arguments (stored "
                         f"{dumps(conflict.get('stored_args'))}, state "
