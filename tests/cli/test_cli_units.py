@@ -300,3 +300,29 @@ def test_approve_all_never_approves_a_possible_duplicate() -> None:
         "--approve all: tool1 (op1) is a possible duplicate of op-earlier — approve it "
         "explicitly with --decisions or interactively; left for review"
     ]
+
+
+def test_the_cli_drops_langgraphs_missing_node_warning_only() -> None:
+    """The command names a missing tool itself (exit 2); LangGraph's warning was noise before it."""
+    import logging
+
+    from effectgate.cli import _quiet_missing_node_warning
+
+    logger = logging.getLogger("langgraph.pregel._algo")
+    seen: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = _Keep()
+    logger.addHandler(handler)
+    before = list(logger.filters)
+    try:
+        _quiet_missing_node_warning()
+        logger.warning("Ignoring unknown node name effect.send_email in pending sends")
+        logger.warning("something else")
+    finally:
+        logger.removeHandler(handler)
+        logger.filters[:] = before
+    assert seen == ["something else"]

@@ -7,6 +7,7 @@ does the same. Exit codes are listed in ``effectgate.cli._exit`` (and in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from effectgate.cli._exit import ExitCode
@@ -29,6 +30,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     # First thing: from here on no SIGINT / SIGTERM kills the process silently
     # (importing typer, rich and the commands takes a noticeable moment).
     STOPPER.install()
+    _quiet_missing_node_warning()
     from effectgate.cli._app import app
 
     app(args=None if argv is None else list(argv), prog_name="effectgate")
+
+
+class _MissingNodeFilter(logging.Filter):
+    """Drops LangGraph's "Ignoring unknown node name ..." warning.
+
+    The command checks every pending task's node itself before running and
+    refuses with one line naming the missing tool and how to provide it
+    (``Agent._missing_nodes``); LangGraph's warning, printed first by
+    logging's last-resort handler, only repeated it as noise.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Ignoring unknown node name")
+
+
+def _quiet_missing_node_warning() -> None:
+    logging.getLogger("langgraph.pregel._algo").addFilter(_MissingNodeFilter())
