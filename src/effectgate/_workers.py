@@ -224,6 +224,18 @@ def _take(
                 noted.add(key)
     if not progressed:
         return "still"  # its review waits for what the policy does not answer
+    if result.status == "incomplete":
+        # Stopped early (an operation it needs is in flight under another
+        # live runner, a model error): taking it again at once would only
+        # spin. Like a held thread, it is tried again after the poll pause,
+        # and ``until_idle`` waits for it. Said once per reason.
+        key = f"{thread_id}\nincomplete\n{result.error}"
+        if say is not None and (noted is None or key not in noted):
+            say({"thread_id": thread_id, "was": state.value, "status": result.status,
+                 "error": result.error})  # fmt: skip
+        if noted is not None:
+            noted.add(key)
+        return "held"
     if say is not None:
         say({"thread_id": thread_id, "was": state.value, "status": result.status})
     return "moved"

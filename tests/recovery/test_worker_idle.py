@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
+
+import pytest
 
 from effectgate._app import StateDir, open_agent
 from effectgate._workers import Readiness, WorkerOptions, readiness, work
@@ -39,3 +42,47 @@ def test_an_approving_worker_does_not_spin_on_a_thread_waiting_for_a_verdict(
         assert done == [0] and said == []
         assert agent.status("t1").status is RunStatus.WAITING_RECONCILIATION
     assert services.stats("tickets")["tickets"] == 1
+
+
+def test_a_worker_does_not_spin_on_a_thread_that_stops_incomplete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread that keeps stopping early (another runner's operation in flight) waits a poll.
+
+    Before, each such run counted as a run and the worker took the thread
+    again at once: about 50 identical "incomplete" lines in 12 s (a fresh
+    user). Now it is tried after the poll pause, said once, and ``until_idle``
+    still waits for it.
+    """
+    from types import SimpleNamespace
+
+    import effectgate._workers as workers
+    from effectgate.graph import RunResult
+
+    calls: list[str] = []
+    record = SimpleNamespace(thread_id="t1", metadata={})
+    agent = SimpleNamespace(ledger=SimpleNamespace(list_threads=lambda: [record]))
+    stuck = RunResult(thread_id="t1", status=RunStatus.INCOMPLETE, error="OperationBusyError: x")
+
+    def run_one(*args: object) -> tuple[RunResult, bool]:
+        calls.append("run")
+        return stuck, True
+
+    monkeypatch.setattr(workers, "readiness", lambda agent, thread_id: Readiness.UNFINISHED)
+    monkeypatch.setattr(workers, "_run_one", run_one)
+    said: list[dict[str, object]] = []
+    stop = threading.Event()
+    opts = WorkerOptions(until_idle=True, poll_s=0.2)
+    runner = threading.Thread(
+        target=lambda: work(agent, opts, say=said.append, stop=stop)  # type: ignore[arg-type]
+    )
+    runner.start()
+    time.sleep(1.0)
+    assert runner.is_alive()  # until_idle waits: the thread is not done
+    stop.set()
+    runner.join(timeout=10)
+    assert 2 <= len(calls) <= 8, len(calls)
+    assert said == [
+        {"thread_id": "t1", "was": "unfinished", "status": "incomplete",
+         "error": "OperationBusyError: x"}
+    ]  # fmt: skip
