@@ -104,3 +104,14 @@ def test_a_worker_runs_the_threads_of_its_own_agent_only(state_dir: StateDir) ->
     assert _bells(state_dir) == ["release"]
     listed = json.loads(eg("threads", *sd, "--json", cwd=ROOT).stdout)["threads"]
     assert [(t["thread_id"], t["status"]) for t in listed] == [("b", "done")]
+
+
+def test_a_worker_error_is_one_line_on_stderr_and_json_only_with_json(state_dir: StateDir) -> None:
+    """A bad --agent: exit 2, one stderr line; stdout stays empty unless --json asks for JSON."""
+    sd = ["--state-dir", str(state_dir.root)]
+    plain = eg("worker", "--agent", "no_such_module:build", "--until-idle", *sd, cwd=ROOT)
+    assert plain.code == 2 and "cannot import 'no_such_module'" in plain.stderr
+    assert plain.stdout == "" and "Traceback" not in plain.stderr
+    as_json = eg("worker", "--agent", "no_such_module:build", "--until-idle", "--json", *sd,
+                 cwd=ROOT)  # fmt: skip
+    assert as_json.code == 2 and json.loads(as_json.stdout)["exit_code"] == 2

@@ -656,7 +656,7 @@ def worker(
     """
     from effectgate._workers import worker_main
 
-    output = Output(json_mode=True)
+    output = Output(json_mode=json_out)
     with handled(output):
         code = worker_main(
             state_dir,
