@@ -45,6 +45,7 @@ __all__ = [
     "AnswerOutcome",
     "OneAnswerEach",
     "PendingLike",
+    "REVIEW_FLAGS",
     "Resolution",
     "VerdictModel",
     "answer_summary",
@@ -53,6 +54,8 @@ __all__ = [
     "check_review_answer",
     "decision_allowed",
     "describe_pending",
+    "flags_of",
+    "new_flags",
     "question_text",
     "recorded_decision",
     "recorded_verdict",
@@ -205,12 +208,42 @@ def describe_pending(pending: Sequence[PendingLike]) -> str:
     return lead + "pending: " + "; ".join(parts)
 
 
+REVIEW_FLAGS = (
+    "possible_duplicate_of",
+    "repeat_of_rejected",
+    "compacted_operation",
+    "replaced_by_edit",
+)
+"""The warnings a review request may carry about a call, which no policy approves past."""
+
+
+def flags_of(action: Mapping[str, Any]) -> list[str]:
+    """The ``REVIEW_FLAGS`` set on one action request, in ``REVIEW_FLAGS`` order."""
+    return [flag for flag in REVIEW_FLAGS if action.get(flag)]
+
+
+def new_flags(action: Mapping[str, Any], decision: Mapping[str, Any]) -> list[str]:
+    """The flags ``action`` carries now that the approving ``decision`` was not shown.
+
+    A decision bound by ``bind_decisions`` says which flags it was given
+    with (``flags_shown``). A call that became a possible duplicate (or a
+    repeat, or compacted) after the review was shown was approved without
+    that warning: the review must be asked again. A decision that names no
+    ``flags_shown`` (a raw LangGraph client) is not judged by this rule.
+    """
+    shown = decision.get("flags_shown")
+    if not isinstance(shown, list):
+        return []
+    return [flag for flag in flags_of(action) if flag not in shown]
+
+
 def bind_decisions(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dict[str, Any]:
     """Bind each decision of ``answer`` to the call of ``request`` it answers, in order.
 
     For a client that reads a review and answers it (``--approve all``, a
     terminal, a decisions file): every decision gains the ``tool_call_id``,
-    ``operation_id`` and ``intent_hash`` it was given for. A decision that
+    ``operation_id`` and ``intent_hash`` it was given for, and the warnings
+    it was shown with (``flags_shown``, see ``new_flags``). A decision that
     already names other ids keeps them (and is refused if they differ).
 
     Args:
@@ -229,7 +262,10 @@ def bind_decisions(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dic
         if not isinstance(decision, Mapping):
             bound.append(decision)
             continue
-        ids = {k: action[k] for k in ("tool_call_id", "operation_id", "intent_hash") if k in action}
+        ids: dict[str, Any] = {
+            k: action[k] for k in ("tool_call_id", "operation_id", "intent_hash") if k in action
+        }
+        ids["flags_shown"] = flags_of(action)
         bound.append({**ids, **decision})
     bound += decisions[len(actions) :]
     return {**answer, "decisions": bound}

@@ -104,8 +104,20 @@ def test_approve_all_approves_unsafe_calls_and_says_so() -> None:
     assert answer == {
         "reviewer": "r",
         "decisions": [  # each bound to the call, operation and intent it was read for
-            {"type": "approve", "tool_call_id": "c0", "operation_id": "op0", "intent_hash": "h0"},
-            {"type": "approve", "tool_call_id": "c1", "operation_id": "op1", "intent_hash": "h1"},
+            {
+                "type": "approve",
+                "tool_call_id": "c0",
+                "operation_id": "op0",
+                "intent_hash": "h0",
+                "flags_shown": [],
+            },
+            {
+                "type": "approve",
+                "tool_call_id": "c1",
+                "operation_id": "op1",
+                "intent_hash": "h1",
+                "flags_shown": [],
+            },
         ],
     }
     assert len(notes) == 1 and "UNSAFE" in notes[0] and "op1" in notes[0]
@@ -162,7 +174,7 @@ def test_decisions_file_answers_the_reviews_it_names_and_verdicts_by_id(tmp_path
         )
     )
     source = FileDecisions(load_decisions_file(path), reviewer="cli")
-    bound = {"tool_call_id": "c0", "operation_id": "op0", "intent_hash": "h0"}
+    bound = {"tool_call_id": "c0", "operation_id": "op0", "intent_hash": "h0", "flags_shown": []}
     assert source.review(_request("keyed"), "other") == {
         "reviewer": "kim",
         "decisions": [{**bound, "type": "approve"}],
