@@ -115,3 +115,17 @@ def test_a_worker_error_is_one_line_on_stderr_and_json_only_with_json(state_dir:
     as_json = eg("worker", "--agent", "no_such_module:build", "--until-idle", "--json", *sd,
                  cwd=ROOT)  # fmt: skip
     assert as_json.code == 2 and json.loads(as_json.stdout)["exit_code"] == 2
+
+
+def test_a_recipe_module_that_fails_to_import_is_one_line(
+    state_dir: StateDir, tmp_path: Path
+) -> None:
+    """A SyntaxError (or any error) while importing the recipe: exit 2, one line, no traceback."""
+    (tmp_path / "broken_recipe.py").write_text("def build(:\n")
+    (tmp_path / "raising_recipe.py").write_text("raise ValueError('no config')\n")
+    sd = ["--state-dir", str(state_dir.root)]
+    for module, why in (("broken_recipe", "SyntaxError"), ("raising_recipe", "no config")):
+        ran = eg("worker", "--agent", f"{module}:build", "--until-idle", *sd, cwd=tmp_path)
+        assert ran.code == 2, ran.stderr
+        assert why in ran.stderr and "Traceback" not in ran.stderr
+        assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr

@@ -104,10 +104,7 @@ def load_recipe(spec: str, sd: StateDir) -> AgentRecipe:
         raise ConfigError(f"--agent {spec!r}: expected module:factory, e.g. myagent:build")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    module = _import(spec, module_name)
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -136,6 +133,22 @@ def load_recipe(spec: str, sd: StateDir) -> AgentRecipe:
     if isinstance(made.tools, str | bytes) or not isinstance(made.tools, Sequence):
         raise ConfigError(f"--agent {spec!r}: tools must be a list")
     return made
+
+
+def _import(spec: str, module_name: str) -> Any:
+    """Import the recipe's module; any failure (a missing module, a syntax error) is one line.
+
+    Raises:
+        ConfigError: the module does not import, whatever it raised.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:
+        raise ConfigError(
+            f"--agent {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _agents_path(sd: StateDir) -> Path:
