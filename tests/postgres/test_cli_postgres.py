@@ -10,6 +10,8 @@ import pytest
 from effectgate.ledger import OpState, PostgresLedger
 from tests.cli.conftest import eg
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.slow
 
 
@@ -77,3 +79,23 @@ def test_a_thread_waiting_on_postgres_is_resumed_and_its_lease_broken_from_the_c
     assert not (state / "ledger.sqlite3").exists()
     with PostgresLedger(postgres_url) as ledger:
         assert {op.state for op in ledger.list(thread_id="p1")} == {OpState.SUCCEEDED}
+
+
+def test_run_with_an_agent_recipe_keeps_its_ledger_in_the_store(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """`run --agent M:F --store URL` on a new directory records the store, as without --agent.
+
+    Before, the recipe path opened the directory without the store: SQLite
+    files were made, and every later --store on it was refused (a fresh user).
+    """
+    state = tmp_path / "state"
+    agent = "tests.conversations._custom_agent:build"
+    ran = eg("run", "Ring the bell for the release.", "--agent", agent, "--thread", "b",
+             "--state-dir", str(state), "--store", postgres_url, "--approve", "all",
+             cwd=ROOT)  # fmt: skip
+    assert ran.code == 0, ran.stderr
+    assert json.loads((state / "effectgate.json").read_text()).get("store")
+    assert not (state / "ledger.sqlite3").exists() and not (state / "checkpoints.sqlite3").exists()
+    with PostgresLedger(postgres_url) as ledger:
+        assert [op.tool for op in ledger.list(thread_id="b")] == ["ring_bell"]

@@ -354,7 +354,7 @@ def run_start_with_agent(
     from effectgate.cli._runs import _execute, _Plan, _source, stored_model_spec
 
     source = _source(flags, output)
-    sd = StateDir.open(flags.state_dir)
+    sd = StateDir.open(flags.state_dir, store=flags.store)
     recipe = load_recipe(agent_spec, sd)
     model = _model_for(recipe, model_spec, {}, model_options, thread_id)
     remember_agent(sd, thread_id, agent_spec)
@@ -387,7 +387,7 @@ def _continue(
     from effectgate.cli._runs import _execute, _Plan, _source, thread_record
 
     source = _source(flags, output)
-    sd = StateDir.open(flags.state_dir, create=False)
+    sd = StateDir.open(flags.state_dir, create=False, store=flags.store)
     meta = thread_record(sd, thread_id)
     spec = agent_spec or remembered_agent(sd, thread_id)
     if spec is None:
