@@ -486,4 +486,7 @@ def worker_main(
             for s, handler in previous.items():
                 signal.signal(s, handler)
         say({"worker": agent.worker, "runs": runs, "stopped": stop.is_set()})
-    return 0
+    from effectgate.cli._exit import ExitCode
+
+    # Stopped by SIGINT / SIGTERM: incomplete, as every command the table documents.
+    return int(ExitCode.INCOMPLETE if stop.is_set() else ExitCode.DONE)

@@ -54,3 +54,17 @@ def test_a_killed_worker_is_replaced_and_a_stop_ends_the_pool(state_dir: StateDi
     assert pool.returncode == 5, err  # stopped by SIGTERM: incomplete, as documented
     assert f"worker {victim} was killed (SIGKILL); started another" in err
     assert "Traceback" not in err
+
+
+def test_a_worker_stopped_between_runs_exits_5_as_documented(state_dir: StateDir) -> None:
+    """SIGTERM to an idle worker: exit 5 (stopped by a signal), not 0 (a fresh user saw 0)."""
+    worker = start("worker", "--state-dir", str(state_dir.root), "--json")
+    try:
+        time.sleep(2.0)  # started, and polling an empty ledger
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 5, err
+    assert '"stopped": true' in out
