@@ -26,6 +26,7 @@ import enum
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -106,11 +107,15 @@ class Outcome:
     """For NEEDS_RECONCILIATION / NEEDS_REVIEW: what is known, for the human."""
 
 
-_CALLS: set[tuple[str, str, int]] = set()
-"""(worker, operation id, attempt) of every tool call this process is inside now.
+_CALLS: Counter[tuple[str, str, int]] = Counter()
+"""(worker, operation id, attempt) of every tool call this process is inside now, counted.
 
 Per process, not per ``Dispatcher``: two dispatchers given one worker id
-must still see each other's calls as running.
+must still see each other's calls as running. A count, not a set: two runs
+of one thread in one process (two ``graph.ainvoke`` at once) both mark the
+attempt before their claims, and the loser's unmarking must not unmark the
+winner's call, which the loser would then take for one that returned
+without its result recorded and repeat.
 """
 _CALLS_LOCK = threading.Lock()
 
@@ -411,7 +416,7 @@ class Dispatcher:
         with _CALLS_LOCK:
             # Marked before the claim commits, so a sibling never sees this
             # attempt IN_FLIGHT under this worker without it being marked.
-            _CALLS.add(key)
+            _CALLS[key] += 1
         try:
             try:
                 op = self.ledger.claim(
@@ -429,7 +434,9 @@ class Dispatcher:
             return self._call(call, spec, args, op)
         finally:
             with _CALLS_LOCK:
-                _CALLS.discard(key)
+                _CALLS[key] -= 1
+                if _CALLS[key] <= 0:
+                    del _CALLS[key]
 
     def _call(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
@@ -571,7 +578,7 @@ class Dispatcher:
     def _running(self, op: Operation) -> bool:
         """Whether this process is inside the tool call of ``op``'s current attempt."""
         with _CALLS_LOCK:
-            return (self.worker, op.operation_id, op.attempt) in _CALLS
+            return _CALLS[(self.worker, op.operation_id, op.attempt)] > 0
 
     def _recover_unknown(
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation

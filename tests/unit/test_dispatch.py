@@ -449,3 +449,43 @@ def test_the_last_attempt_cut_short_by_a_death_is_given_back(
     assert op is not None and op.state is expected_state, out.message
     assert script.seen == attempts
     assert op.recoveries == (1 if claimer == "dead" else 0)
+
+
+def test_two_dispatches_of_one_operation_in_one_process_call_the_tool_once(
+    ledger: SqliteLedger, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of one thread at once in one process (same worker id): one call, one receipt.
+
+    Both mark the attempt as running before their claims; the loser's
+    unmarking unmarked the winner's call, so the loser took it for a call
+    that returned without its result and called again (a second mail with
+    two ``graph.ainvoke`` at once; a fresh user).
+    """
+    import threading
+
+    release = threading.Event()
+
+    def slow() -> ToolResult:
+        release.wait(10)
+        return ToolResult(value={"v": "R1"}, reference="R1")
+
+    script = Script(calls=[slow, ok("R2")])
+    d, call = make(ledger, clock, script, kind=EffectKind.IDEMPOTENT)
+    both_marked = threading.Barrier(2)
+    claim = ledger.claim
+
+    def claim_after_both(*args: Any, **kwargs: Any) -> Any:
+        both_marked.wait(10)  # both dispatches marked the attempt, then both claim
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(ledger, "claim", claim_after_both)
+    outcomes: list[Any] = []
+    runs = [threading.Thread(target=lambda: outcomes.append(d.dispatch(call))) for _ in range(2)]
+    for run in runs:
+        run.start()
+    threading.Timer(0.5, release.set).start()
+    for run in runs:
+        run.join(20)
+    assert script.seen == [1]  # the tool was called once, by the claim's winner
+    assert [o.status for o in outcomes] == [DispatchStatus.SUCCEEDED] * 2
+    assert ledger.get("op1").state is OpState.SUCCEEDED  # type: ignore[union-attr]
