@@ -136,6 +136,14 @@ def readiness(agent: Agent, thread_id: str) -> Readiness:
     return Readiness.DONE if status is RunStatus.DONE else Readiness.UNFINISHED
 
 
+def _finished(agent: Agent, thread_id: str) -> bool:
+    """Whether the thread is done, as this agent reads it (``False`` if it cannot say)."""
+    try:
+        return readiness(agent, thread_id) is Readiness.DONE
+    except ConfigError:
+        return False
+
+
 def _answers(result: RunResult, opts: WorkerOptions, notes: list[str]) -> dict[str, Any]:
     """One answer per pending review the policy may answer, keyed by its interrupt id.
 
@@ -281,7 +289,9 @@ def work(
             why = refuses(record) if refuses is not None else None
             if why is not None:
                 skipped.add(record.thread_id)
-                if say is not None:
+                # Said only of a thread with something left to do: another
+                # agent's finished thread is nobody's work.
+                if say is not None and not _finished(agent, record.thread_id):
                     say({"thread_id": record.thread_id, "skipped": why})
                 continue
             state = readiness(agent, record.thread_id)

@@ -129,3 +129,14 @@ def test_a_recipe_module_that_fails_to_import_is_one_line(
         assert ran.code == 2, ran.stderr
         assert why in ran.stderr and "Traceback" not in ran.stderr
         assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+
+
+def test_another_agents_finished_thread_is_not_reported(state_dir: StateDir) -> None:
+    """A worker says nothing of a done thread it would not run (it said "skipped" before)."""
+    sd = ["--state-dir", str(state_dir.root)]
+    done = eg("run", _custom_agent.TASK, "--thread", "b", "--agent", AGENT, "--approve", "all",
+              *sd, cwd=ROOT)  # fmt: skip
+    assert done.code == 0, done.stderr
+    plain = eg("worker", "--until-idle", "--json", *sd, cwd=ROOT)
+    assert plain.code == 0, plain.stderr
+    assert [json.loads(line) for line in plain.stdout.splitlines()][:-1] == []
