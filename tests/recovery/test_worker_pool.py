@@ -49,7 +49,9 @@ def test_a_killed_worker_is_replaced_and_a_stop_ends_the_pool(state_dir: StateDi
         pool.send_signal(signal.SIGTERM)
         _, err = pool.communicate(timeout=60)
     finally:
-        if pool.poll() is None:
+        if pool.poll() is None:  # a failed test must not leave workers behind
+            for child in _children(pool.pid):
+                os.kill(child, signal.SIGKILL)
             pool.kill()
     assert pool.returncode == 5, err  # stopped by SIGTERM: incomplete, as documented
     assert f"worker {victim} was killed (SIGKILL); started another" in err
