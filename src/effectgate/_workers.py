@@ -225,11 +225,7 @@ def _take(
         return "still"
     finally:
         for note in notes:
-            key = f"{thread_id}\n{note}"
-            if say is not None and (noted is None or key not in noted):
-                say({"thread_id": thread_id, "left_for_review": note})
-            if noted is not None:
-                noted.add(key)
+            _say_once(say, noted, {"thread_id": thread_id, "left_for_review": note})
     if not progressed:
         return "still"  # its review waits for what the policy does not answer
     if result.status == "incomplete":
@@ -237,16 +233,25 @@ def _take(
         # live runner, a model error): taking it again at once would only
         # spin. Like a held thread, it is tried again after the poll pause,
         # and ``until_idle`` waits for it. Said once per reason.
-        key = f"{thread_id}\nincomplete\n{result.error}"
-        if say is not None and (noted is None or key not in noted):
-            say({"thread_id": thread_id, "was": state.value, "status": result.status,
-                 "error": result.error})  # fmt: skip
-        if noted is not None:
-            noted.add(key)
+        line = {"thread_id": thread_id, "was": state.value, "status": result.status}
+        _say_once(say, noted, {**line, "error": result.error})
         return "held"
     if say is not None:
         say({"thread_id": thread_id, "was": state.value, "status": result.status})
     return "moved"
+
+
+def _say_once(
+    say: Callable[[Mapping[str, Any]], None] | None,
+    noted: set[str] | None,
+    line: Mapping[str, Any],
+) -> None:
+    """Say ``line`` unless ``noted`` shows it was said (the same line, to the letter) before."""
+    key = json.dumps(line, sort_keys=True, default=str)
+    if say is not None and (noted is None or key not in noted):
+        say(line)
+    if noted is not None:
+        noted.add(key)
 
 
 def work(
