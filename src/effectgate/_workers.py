@@ -52,7 +52,6 @@ __all__ = [
     "report_line",
     "run_worker_processes",
     "submit",
-    "thread_agent",
     "work",
     "worker_main",
 ]
@@ -405,28 +404,12 @@ def report_text(data: Mapping[str, Any]) -> None:
     print(" ".join(f"{k}={terminal_safe(str(v))}" for k, v in data.items()), flush=True)
 
 
-def thread_agent(sd: StateDir, record: ThreadRecord) -> str | None:
-    """The ``--agent`` recipe (``module:factory``) a thread runs with; ``None``: the built-in tools.
-
-    The thread record's metadata says it when the thread was started with
-    ``effectgate run --agent`` or submitted with ``metadata={"agent": ...}``
-    (the ledger: the same answer on every machine); a thread started through
-    the library and later run with ``--agent`` is remembered in the state
-    directory's ``agents.json``.
-    """
-    from effectgate.cli._loader import remembered_agent
-
-    recorded = record.metadata.get("agent")
-    if isinstance(recorded, str) and recorded:
-        return recorded
-    return remembered_agent(sd, record.thread_id)
-
-
 def _refuses(sd: StateDir, spec: str | None) -> Callable[[ThreadRecord], str | None]:
     """Skip the threads of another agent: each thread runs with the recipe it was started with."""
+    from effectgate.cli._loader import thread_agent
 
     def why(record: ThreadRecord) -> str | None:
-        theirs = thread_agent(sd, record)
+        theirs = thread_agent(sd, record.thread_id, record.metadata)
         if theirs == spec:
             return None
         if theirs is None:
@@ -462,7 +445,7 @@ def worker_main(
         ConfigError: bad state directory, store, model specification or recipe.
     """
     from effectgate._app import StateDir, open_agent
-    from effectgate.cli._loader import load_recipe
+    from effectgate.cli._loader import load_recipe, recipe_options
     from effectgate.demo.services import ServiceEndpoints
 
     sd: StateDir = StateDir.open(state_dir, store=store)
@@ -480,12 +463,8 @@ def worker_main(
     endpoints = ServiceEndpoints(**json.loads(found.read_text())) if found.is_file() else None
     opts = WorkerOptions(approve=approve, until_idle=until_idle)
     options: dict[str, Any] = {"model": model, "endpoints": endpoints}
-    if recipe is not None:
-        options = {"model": recipe.model or model, "tools": list(recipe.tools)}
-        if recipe.policy is not None:
-            options["policy"] = recipe.policy
-        if recipe.system_prompt is not None:
-            options["system_prompt"] = recipe.system_prompt
+    if recipe is not None:  # the recipe's tools, policy, prompt; its model, else --model
+        options = {"model": recipe.model or model, **recipe_options(recipe)}
     with open_agent(sd, lease_ttl_s=lease_ttl_s, **options) as agent:
         stop = threading.Event()
 

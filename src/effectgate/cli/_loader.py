@@ -52,6 +52,7 @@ __all__ = [
     "inspection_agent_for",
     "load_recipe",
     "never_recorded",
+    "recipe_options",
     "recorded_task",
     "remember_agent",
     "remembered_agent",
@@ -59,6 +60,7 @@ __all__ = [
     "run_followup",
     "run_resume_with_agent",
     "run_start_with_agent",
+    "thread_agent",
 ]
 
 AGENTS_FILE = "agents.json"
@@ -192,6 +194,21 @@ def remembered_agent(sd: StateDir, thread_id: str) -> str | None:
     return _read_agents(sd).get(thread_id)
 
 
+def thread_agent(sd: StateDir, thread_id: str, metadata: Mapping[str, Any]) -> str | None:
+    """The ``--agent`` recipe (``module:factory``) a thread runs with; ``None``: the built-in tools.
+
+    The thread record's metadata (``metadata``) says it when the thread was
+    started with ``effectgate run --agent`` or submitted with
+    ``metadata={"agent": ...}``: the ledger, so the same answer on every
+    machine. A thread started through the library and later run with
+    ``--agent`` is remembered in the state directory's ``agents.json``.
+    """
+    recorded = metadata.get("agent")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return remembered_agent(sd, thread_id)
+
+
 def remembered_agent_at(state_dir: Path, thread_id: str) -> str | None:
     """``remembered_agent`` for a ``--state-dir`` path; ``None`` if it is not a state directory."""
     from effectgate._app import StateDir
@@ -250,7 +267,11 @@ def _model_for(
     return given  # type: ignore[no-any-return]
 
 
-def _recipe_options(recipe: AgentRecipe | None) -> dict[str, Any]:
+def recipe_options(recipe: AgentRecipe | None) -> dict[str, Any]:
+    """What a recipe gives ``open_agent``: its tools, and its policy and prompt when it names them.
+
+    ``{}`` for no recipe; the model is the caller's choice (a recipe's, or ``--model``).
+    """
     if recipe is None:
         return {}
     out: dict[str, Any] = {"tools": list(recipe.tools)}
@@ -366,7 +387,7 @@ def run_start_with_agent(
         model=model,
         services=False,
         begin=lambda agent: agent.start(task, thread_id=thread_id, metadata=metadata),
-        agent_options=_recipe_options(recipe),
+        agent_options=recipe_options(recipe),
     )
     return _execute(sd, flags, plan, source, output)
 
@@ -389,7 +410,7 @@ def _continue(
     source = _source(flags, output)
     sd = StateDir.open(flags.state_dir, create=False, store=flags.store)
     meta = thread_record(sd, thread_id)
-    spec = agent_spec or remembered_agent(sd, thread_id)
+    spec = agent_spec or thread_agent(sd, thread_id, meta)
     if spec is None:
         check_builtin_tools(flags.state_dir, thread_id)
     recipe = load_recipe(spec, sd) if spec is not None else None
@@ -407,7 +428,7 @@ def _continue(
         services=services,
         begin=begin,
         resuming=resuming,
-        agent_options=_recipe_options(recipe),
+        agent_options=recipe_options(recipe),
     )
     return _execute(sd, flags, plan, source, output)
 
