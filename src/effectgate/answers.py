@@ -54,6 +54,7 @@ __all__ = [
     "check_review_answer",
     "decision_allowed",
     "describe_pending",
+    "flag_text",
     "flags_of",
     "new_flags",
     "question_text",
@@ -215,6 +216,16 @@ REVIEW_FLAGS = (
     "replaced_by_edit",
 )
 """The warnings a review request may carry about a call, which no policy approves past."""
+
+
+def flag_text(action: Mapping[str, Any], flag: str) -> str:
+    """What one of ``REVIEW_FLAGS`` says about the call, in words (for refusals and notes)."""
+    return {
+        "possible_duplicate_of": f"a possible duplicate of {action.get('possible_duplicate_of')}",
+        "repeat_of_rejected": "a repeat of a rejected call",
+        "compacted_operation": "an operation compacted by retention",
+        "replaced_by_edit": "a call a reviewer's edit replaced",
+    }[flag]
 
 
 def flags_of(action: Mapping[str, Any]) -> list[str]:

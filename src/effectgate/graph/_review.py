@@ -30,7 +30,13 @@ from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate._intent import default_operation_id
-from effectgate.answers import decision_allowed, new_flags, recorded_decision, started
+from effectgate.answers import (
+    decision_allowed,
+    flag_text,
+    new_flags,
+    recorded_decision,
+    started,
+)
 from effectgate.errors import ConfigError, DecisionError, ToolCallError
 from effectgate.graph._messages import (
     PendingCall,
@@ -538,16 +544,9 @@ def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -
         # The review changed since it was shown (another thread's same action
         # was approved or ran meanwhile): the approval was given without the
         # warning, so it does not stand; ask again with it.
-        what = {
-            "possible_duplicate_of": "a possible duplicate of "
-            + str(p.request["possible_duplicate_of"]),
-            "repeat_of_rejected": "a repeat of a rejected call",
-            "compacted_operation": "an operation compacted by retention",
-            "replaced_by_edit": "a call a reviewer's edit replaced",
-        }
         raise DecisionError(
             f"{p.spec.name} ({p.call.id}) changed since this review was shown: it is now "
-            f"{' and '.join(what[f] for f in flags)}; review it again"
+            f"{' and '.join(flag_text(p.request, f) for f in flags)}; review it again"
         )
     if kind == "edit":
         return _decide_edit(p, decision, thread_id=thread_id, ledger=ledger)
