@@ -99,3 +99,30 @@ def test_run_with_an_agent_recipe_keeps_its_ledger_in_the_store(
     assert not (state / "ledger.sqlite3").exists() and not (state / "checkpoints.sqlite3").exists()
     with PostgresLedger(postgres_url) as ledger:
         assert [op.tool for op in ledger.list(thread_id="b")] == ["ring_bell"]
+
+
+def test_another_machine_resumes_a_recipe_thread_by_its_ledger_record(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A second state directory on the same store resumes a `run --agent` thread without --agent.
+
+    Its `agents.json` is empty (another machine); the recipe is in the
+    thread's ledger record. Before, `resume` decided by `agents.json` alone
+    and refused ("uses tool(s) ring_bell that the CLI does not have").
+    """
+    agent = "tests.conversations._custom_agent:build"
+    first, second = tmp_path / "machine-a", tmp_path / "machine-b"
+    waiting = eg("run", "Ring the bell for the release.", "--agent", agent, "--thread", "b",
+                 "--state-dir", str(first), "--store", postgres_url, cwd=ROOT)  # fmt: skip
+    assert waiting.code == 4, waiting.stderr
+    done = eg("resume", "--thread", "b", "--approve", "all", "--state-dir", str(second),
+              "--store", postgres_url, "--json", cwd=ROOT)  # fmt: skip
+    assert done.code == 0, done.stderr
+    listed = eg("threads", "--state-dir", str(second), "--json", cwd=ROOT)
+    assert listed.code == 0, listed.stderr
+    assert [(t["thread_id"], t["status"]) for t in listed.json["threads"]] == [("b", "done")]
+    assert not (second / "agents.json").exists() or "b" in (second / "agents.json").read_text()
+    with PostgresLedger(postgres_url) as ledger:
+        assert [(op.tool, op.state) for op in ledger.list(thread_id="b")] == [
+            ("ring_bell", OpState.SUCCEEDED)
+        ]

@@ -391,8 +391,10 @@ def resume(
         handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
         _recovery.explained(output, state_dir),
     ):
+        if store is not None:
+            _loader.join_store(state_dir, store)
         _loader.check_recorded(state_dir, thread)
-        if agent is not None or _loader.remembered_agent_at(state_dir, thread) is not None:
+        if agent is not None or _loader.agent_at(state_dir, thread) is not None:
             code = _loader.run_resume_with_agent(
                 _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
                 output,

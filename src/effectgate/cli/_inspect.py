@@ -96,10 +96,10 @@ def _thread_records(ledger: Ledger | None) -> list[ThreadRecord]:
 
 def _statuses(sd: StateDir, records: list[ThreadRecord]) -> list[tuple[ThreadRecord, RunResult]]:
     """Each thread's status, read by an agent with that thread's tools (``--agent``) if known."""
-    from effectgate.cli._loader import inspection_agent_for, remembered_agent
+    from effectgate.cli._loader import inspection_agent_for, thread_agent
 
     out = []
-    plain = [r for r in records if remembered_agent(sd, r.thread_id) is None]
+    plain = [r for r in records if thread_agent(sd, r.thread_id, r.metadata) is None]
     if plain:
         with inspection_agent(sd) as agent:
             out += [(r, agent.status(r.thread_id)) for r in plain]
@@ -467,11 +467,11 @@ def _lookup_tools(
     verdict is applied unchecked, and a note says so.
     """
     from effectgate._app import default_tools
-    from effectgate.cli._loader import load_recipe, remembered_agent
+    from effectgate.cli._loader import agent_of, load_recipe
     from effectgate.demo import DemoServices
     from effectgate.graph._build import to_specs
 
-    spec = remembered_agent(sd, thread_id) if thread_id is not None else None
+    spec = agent_of(sd, thread_id) if thread_id is not None else None
     if spec is not None:
         found = to_specs(load_recipe(spec, sd).tools)
         if tool in found and found[tool].reconciler is not None:

@@ -49,14 +49,16 @@ __all__ = [
     "AgentRecipe",
     "check_builtin_tools",
     "check_recorded",
+    "join_store",
     "inspection_agent_for",
     "load_recipe",
     "never_recorded",
     "recipe_options",
     "recorded_task",
     "remember_agent",
+    "agent_at",
+    "agent_of",
     "remembered_agent",
-    "remembered_agent_at",
     "run_followup",
     "run_resume_with_agent",
     "run_start_with_agent",
@@ -209,29 +211,46 @@ def thread_agent(sd: StateDir, thread_id: str, metadata: Mapping[str, Any]) -> s
     return remembered_agent(sd, thread_id)
 
 
-def remembered_agent_at(state_dir: Path, thread_id: str) -> str | None:
-    """``remembered_agent`` for a ``--state-dir`` path; ``None`` if it is not a state directory."""
+def agent_of(sd: StateDir, thread_id: str) -> str | None:
+    """``thread_agent`` with the thread's record read from ``sd``'s ledger.
+
+    The answer every command acts on, on every machine sharing the store:
+    the recipe recorded in the ledger, else the one this state directory
+    remembers (``agents.json``). ``None`` also for a thread the ledger does
+    not have (or no ledger yet): the command reports that in its own words.
+    """
+    from effectgate.cli._runs import thread_record
+
+    try:
+        metadata = thread_record(sd, thread_id)
+    except ConfigError:
+        return remembered_agent(sd, thread_id)
+    return thread_agent(sd, thread_id, metadata)
+
+
+def agent_at(state_dir: Path, thread_id: str) -> str | None:
+    """``agent_of`` for a ``--state-dir`` path; ``None`` if it is not a state directory."""
     from effectgate._app import StateDir
 
     try:
         sd = StateDir.open(state_dir, create=False)
     except ConfigError:
         return None
-    return remembered_agent(sd, thread_id)
+    return agent_of(sd, thread_id)
 
 
 @contextlib.contextmanager
 def inspection_agent_for(sd: StateDir, thread_id: str) -> Iterator[tuple[Agent, str | None]]:
-    """An agent that reads ``thread_id`` with its own tools when an agent is remembered.
+    """An agent that reads ``thread_id`` with its own tools when its recipe is known (``agent_of``).
 
     Yields:
-        ``(agent, note)``: ``note`` says why the remembered agent could not be
+        ``(agent, note)``: ``note`` says why the recipe could not be
         loaded (the built-in inspection agent is used instead), else ``None``.
     """
     from effectgate._app import open_agent
     from effectgate.cli._runs import DEMO_MODEL, inspection_agent
 
-    spec = remembered_agent(sd, thread_id)
+    spec = agent_of(sd, thread_id)
     note = None
     if spec is not None:
         try:
@@ -325,6 +344,23 @@ def check_builtin_tools(state_dir: Path, thread_id: str) -> None:
             "have: pass --agent MODULE:FACTORY, a callable in your code that returns "
             "AgentRecipe(tools=[...], model=...) with them (remembered for the thread)"
         )
+
+
+def join_store(state_dir: Path, store: str) -> None:
+    """Bind ``state_dir`` to ``store`` before a command reads threads from it.
+
+    A machine that joins a shared PostgreSQL store has no state directory
+    yet: one is created that records ``store`` (as ``worker --store`` does),
+    so ``resume --store URL`` there continues a thread another machine
+    started. An existing directory must already use ``store``.
+
+    Raises:
+        ConfigError: the directory uses another store (or SQLite), or cannot
+            be created; ``store`` is not a ``postgresql://`` URL.
+    """
+    from effectgate._app import StateDir
+
+    StateDir.open(state_dir, create=True, store=store)
 
 
 def check_recorded(state_dir: Path, thread_id: str) -> None:
