@@ -326,7 +326,7 @@ class Dispatcher:
     ) -> Operation | Outcome:
         state = op.state
         if state is OpState.SUCCEEDED:
-            receipt = self.ledger.verified_receipt(op)
+            receipt = self.ledger.verified_receipt(op, by_thread=call.thread_id)
             return Outcome(
                 status=DispatchStatus.SUCCEEDED,
                 operation=op,

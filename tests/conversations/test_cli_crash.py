@@ -42,6 +42,7 @@ def test_kill_after_the_ticket_was_created_then_pending_resume_and_a_second_demo
     second = eg("demo", "--thread", "d2", "--approve", "all", *sd)
     text = " ".join(second.stdout.split())
     assert "reused create_ticket (ticket:orders-error-rate, thread d1)" in text, text
+    assert "from attempt 1 for thread d2; not run again" in text, text
     assert "recovered" not in text
     assert world(state).tickets == 1
 

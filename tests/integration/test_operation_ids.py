@@ -170,6 +170,13 @@ def test_succeeded_key_is_still_shared_across_threads(
             if isinstance(m, ToolMessage) and m.name == "create_ticket"
         ]
         assert json.loads(str(reply.content))["status"] == "succeeded"
+        # the audit trail says which thread the stored receipt was handed to
+        reused = [
+            e.detail.get("thread_id")
+            for e in agent.ledger.events(operation_id=KEY)
+            if e.kind.value == "result_reused"
+        ]
+        assert reused == ["tuesday"]
     assert services.stats("tickets")["create_requests"] == 1
     assert ticket_keys(state_dir) == [KEY]
 

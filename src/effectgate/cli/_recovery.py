@@ -101,10 +101,13 @@ def recovery_lines(state_dir: Path, since: int) -> list[str]:
         for event in events:
             if event.kind.value == "result_reused":
                 ref = op.receipt.reference if op is not None and op.receipt else None
+                by = event.detail.get("thread_id")
                 lines.append(
                     f"reused {name}: its stored receipt"
                     + (f" ({ref})" if ref else "")
-                    + f" from attempt {event.detail.get('receipt_attempt')}; not run again"
+                    + f" from attempt {event.detail.get('receipt_attempt')}"
+                    + (f" for thread {by}" if by and op is not None and by != op.thread_id else "")
+                    + "; not run again"
                 )
     return lines
 

@@ -492,13 +492,19 @@ class AttemptsMixin(ThreadsMixin):
             change, detail = _abandoned(op, now, {"reason": reason})
             return self._cas(tx, operation_id, expect, change, detail, attempt=attempt)
 
-    def verified_receipt(self, op: Operation) -> Receipt:
+    def verified_receipt(self, op: Operation, *, by_thread: str | None = None) -> Receipt:
         """Hand out an operation's stored receipt after re-checking its identity.
 
         The intent hash is recomputed from ``op.tool``, ``op.tool_version``
         and ``op.args`` and compared with ``op.intent_hash`` and the receipt's
         (a stored result is returned only after this check). A
         ``result_reused`` event is appended (counted in ``metrics``).
+
+        Args:
+            op: the operation, as read.
+            by_thread: the thread the receipt is handed to, recorded in the
+                event's ``thread_id`` (with a shared idempotency key it may be
+                another thread than ``op.thread_id``); ``None`` records none.
 
         Returns:
             The receipt.
@@ -514,7 +520,12 @@ class AttemptsMixin(ThreadsMixin):
         # An audit fact, not a protocol one: a power cut losing it loses a
         # metric count, never an effect; so it spends no fsync of its own.
         with self._store.transaction(durable=False) as tx:
-            detail = {"receipt_attempt": receipt.attempt, "receipt_source": receipt.source}
+            detail: dict[str, Any] = {
+                "receipt_attempt": receipt.attempt,
+                "receipt_source": receipt.source,
+            }
+            if by_thread is not None:
+                detail["thread_id"] = by_thread
             self._event(tx, op, EventKind.RESULT_REUSED, self._now(), detail)
         return receipt
 

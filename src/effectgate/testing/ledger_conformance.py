@@ -306,7 +306,11 @@ class LedgerConformance(abc.ABC):
         done = ledger.record_result(op.operation_id, attempt=1, state=_S.SUCCEEDED, receipt=receipt)
         assert (done.state, done.receipt, done.claimed_by) == (_S.SUCCEEDED, receipt, None)
         assert ledger.verified_receipt(done) == receipt
-        assert ledger.metrics().results_reused == 1
+        assert ledger.verified_receipt(done, by_thread="another-thread") == receipt
+        assert ledger.metrics().results_reused == 2
+        events = ledger.events(operation_id=op.operation_id)
+        reused = [e for e in events if e.kind is EventKind.RESULT_REUSED]
+        assert [e.detail.get("thread_id") for e in reused] == [None, "another-thread"]
 
     def test_stale_attempt_result_is_refused(self) -> None:
         """A late record_result of attempt 1 after attempt 2 was claimed is refused."""
