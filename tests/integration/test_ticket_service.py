@@ -393,3 +393,28 @@ def test_non_loopback_host_is_refused(tmp_path: Path, host: str) -> None:
     assert "loopback" in result.stderr
     assert not ready.exists()
     assert not (tmp_path / "t.db").exists()
+
+
+def test_a_client_that_leaves_mid_response_is_one_log_line_not_a_traceback(
+    server: Server,
+) -> None:
+    """A client reset while the service writes its answer: one line in the log, no traceback.
+
+    The listing is made large (64 tickets of 32 KiB), so the service is still
+    writing when the reset arrives; its write then fails with a broken pipe
+    or a connection reset, which it must log as an expected event.
+    """
+    import struct
+
+    for i in range(64):
+        assert server.post(f"big-{i}", body={**TICKET, "body": "x" * 32_768}).status_code == 201
+    port = int(server.url.rsplit(":", 1)[1])
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /tickets HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.recv(1024)  # the answer has begun
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    assert server.get("/tickets").status_code == 200  # still serving
+    log = (server.db.parent / "tickets.log").read_text()
+    assert "client went away mid-request" in log, log[-2000:]
+    assert "Traceback" not in log, log[-3000:]

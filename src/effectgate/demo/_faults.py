@@ -436,6 +436,27 @@ def _loopback_host(value: str | None) -> bool:
         return False
 
 
+class QuietDisconnects:
+    """``handle_error`` for a ``socketserver`` server: a client that left is one log line.
+
+    A client killed mid-request (``kill -9`` is what the demos do) makes the
+    handler's write fail with ``BrokenPipeError`` or ``ConnectionResetError``;
+    ``socketserver.BaseServer.handle_error`` would print a traceback into the
+    service's log for what is an expected event. Any other error keeps the
+    standard traceback. Put it before the server class in the bases.
+    """
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log ``ConnectionError``s as one line on stderr; defer the rest to the base class."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            host = client_address[0] if isinstance(client_address, tuple) else client_address
+            sys.stderr.write(f"{host} - client went away mid-request ({type(exc).__name__})\n")
+            sys.stderr.flush()
+            return
+        super().handle_error(request, client_address)  # type: ignore[misc]
+
+
 class JsonRequestHandler(BaseHTTPRequestHandler):
     """``http.server`` handler with JSON helpers; HTTP/1.1 with Content-Length always set.
 

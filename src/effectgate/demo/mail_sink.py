@@ -45,6 +45,7 @@ from effectgate.demo._faults import (
     FaultState,
     HttpProblem,
     JsonRequestHandler,
+    QuietDisconnects,
     admin_token,
     bind_address,
     connect_db,
@@ -246,7 +247,7 @@ def _crash(reason: str) -> NoReturn:
     os._exit(1)
 
 
-class _HttpServer(ThreadingHTTPServer):
+class _HttpServer(QuietDisconnects, ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, host: str, port: int, store: MailStore, faults: FaultState) -> None:

@@ -47,6 +47,7 @@ from effectgate.demo._faults import (
     FaultState,
     HttpProblem,
     JsonRequestHandler,
+    QuietDisconnects,
     admin_token,
     bind_address,
     connect_db,
@@ -272,7 +273,7 @@ def _parse_ticket(payload: Any) -> dict[str, Any]:
     return {name: payload.get(name) for name in _TICKET_FIELDS}
 
 
-class TicketServer(ThreadingHTTPServer):
+class TicketServer(QuietDisconnects, ThreadingHTTPServer):
     """Threaded HTTP server holding the store, the fault state and aborted sockets."""
 
     daemon_threads = True
