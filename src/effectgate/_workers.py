@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from effectgate._process import owner_is_gone
-from effectgate.errors import ConfigError, ThreadBusyError
+from effectgate.errors import ConfigError, LedgerCorruptError, ThreadBusyError
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
@@ -139,7 +139,7 @@ def _finished(agent: Agent, thread_id: str) -> bool:
     """Whether the thread is done, as this agent reads it (``False`` if it cannot say)."""
     try:
         return readiness(agent, thread_id) is Readiness.DONE
-    except ConfigError:
+    except (ConfigError, LedgerCorruptError):
         return False
 
 
@@ -222,6 +222,9 @@ def _take(
         if say is not None:
             say({"thread_id": thread_id, "was": state.value, "skipped": str(exc)})
         return "still"
+    except LedgerCorruptError as exc:
+        _say_once(say, noted, _unreadable(thread_id, exc))
+        return "still"
     finally:
         for note in notes:
             _say_once(say, noted, {"thread_id": thread_id, "left_for_review": note})
@@ -238,6 +241,14 @@ def _take(
     if say is not None:
         say({"thread_id": thread_id, "was": state.value, "status": result.status})
     return "moved"
+
+
+def _unreadable(thread_id: str, exc: LedgerCorruptError) -> dict[str, Any]:
+    """The line a worker says of a thread whose ledger rows fail validation."""
+    return {
+        "thread_id": thread_id,
+        "skipped": f"its ledger cannot be read ({exc}); left for a person, the other threads go on",
+    }
 
 
 def _say_once(
@@ -298,7 +309,15 @@ def work(
                 if say is not None and not _finished(agent, record.thread_id):
                     say({"thread_id": record.thread_id, "skipped": why})
                 continue
-            state = readiness(agent, record.thread_id)
+            try:
+                state = readiness(agent, record.thread_id)
+            except LedgerCorruptError as exc:
+                # One damaged row must not stop every worker (each would
+                # meet it on its scan): the thread waits for a person, the
+                # others go on. Read again on each scan, so a repaired
+                # thread is taken; said once.
+                _say_once(say, noted, _unreadable(record.thread_id, exc))
+                continue
             if state is Readiness.HELD:
                 held += 1
             takes_review = state is Readiness.REVIEW and opts.approve is not None

@@ -214,6 +214,7 @@ REVIEW_FLAGS = (
     "repeat_of_rejected",
     "compacted_operation",
     "replaced_by_edit",
+    "unreadable_same_intent",
 )
 """The warnings a review request may carry about a call, which no policy approves past."""
 
@@ -225,6 +226,13 @@ def flag_text(action: Mapping[str, Any], flag: str) -> str:
         "repeat_of_rejected": "a repeat of a rejected call",
         "compacted_operation": "an operation compacted by retention",
         "replaced_by_edit": "a call a reviewer's edit replaced",
+        "unreadable_same_intent": "of the same intent as ledger row(s) that cannot be read ("
+        + ", ".join(
+            str(d.get("operation_id"))
+            for d in action.get("unreadable_same_intent") or ()
+            if isinstance(d, Mapping)
+        )
+        + ")",
     }[flag]
 
 

@@ -86,3 +86,83 @@ def test_a_worker_does_not_spin_on_a_thread_that_stops_incomplete(
         {"thread_id": "t1", "was": "unfinished", "status": "incomplete",
          "error": "OperationBusyError: x"}
     ]  # fmt: skip
+
+
+def _damage_operation(ledger_file: object, operation_id: str) -> None:
+    """Change a stored operation's arguments behind the ledger's back (write-once triggers off)."""
+    import sqlite3
+
+    db = sqlite3.connect(str(ledger_file))
+    with db:
+        triggers = db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+        ).fetchall()
+        for name, _ in triggers:
+            db.execute(f'DROP TRIGGER "{name}"')
+        db.execute(
+            'UPDATE operations SET args_json = \'{"path": "elsewhere"}\' WHERE operation_id = ?',
+            (operation_id,),
+        )
+        for _, sql in triggers:
+            db.execute(sql)
+    db.close()
+
+
+def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """A thread whose operation row fails validation is said once and left; the rest are run.
+
+    Before, the worker's scan read that thread's status, the damaged row
+    raised ``LedgerCorruptError`` out of ``work`` and the worker ended, and so
+    did every other worker at its next scan: one row wedged every thread.
+    """
+    from effectgate._workers import submit
+
+    task = "Check the order service and handle any incident."
+    with open_agent(state_dir, endpoints=services.endpoints) as agent:
+        result = agent.start(task, thread_id="a")
+        while result.interrupts:
+            result = agent.resume(
+                "a",
+                answers={
+                    p.id: {"decisions": [{"type": "approve"}] * len(p.value["action_requests"])}
+                    for p in result.interrupts
+                },
+            )
+        assert result.status is RunStatus.DONE
+        (damaged,) = [op.operation_id for op in agent.ledger.list(thread_id="a", tool="write_file")]
+        _damage_operation(state_dir.ledger, damaged)
+        submit(agent, task, thread_id="b")
+        said: list[dict[str, object]] = []
+        done: list[int] = []
+        opts = WorkerOptions(approve="all", until_idle=True, poll_s=0.01)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                done.append(work(agent, opts, say=said.append))
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                errors.append(exc)
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        runner.join(timeout=120)
+        assert not runner.is_alive()
+        assert errors == [], errors
+        about_a = [line for line in said if line.get("thread_id") == "a"]
+        assert len(about_a) == 1 and "its ledger cannot be read" in str(about_a[0]["skipped"])
+        assert damaged in str(about_a[0]["skipped"])
+        # b went on to its review; its file write has the damaged row's intent,
+        # so whether it already ran cannot be checked: left for a person.
+        status = agent.status("b")
+        assert status.status is RunStatus.WAITING_REVIEW
+        (review,) = status.interrupts
+        (write,) = [a for a in review.value["action_requests"] if a["name"] == "write_file"]
+        assert [d["operation_id"] for d in write["unreadable_same_intent"]] == [damaged]
+        assert any(line.get("left_for_review") for line in said), said
+        # a person who has checked approves it; b runs to the end
+        answer = {"decisions": [{"type": "approve"}] * len(review.value["action_requests"])}
+        assert agent.resume("b", answers={review.id: answer}).status is RunStatus.DONE
+    # b's ticket is a's (one business key); nothing else was duplicated by the worker
+    assert services.stats("tickets")["tickets"] == 1

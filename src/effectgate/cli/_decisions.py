@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from effectgate._untrusted import parse_json, read_regular_file
-from effectgate.answers import OneAnswerEach, bind_decisions
+from effectgate.answers import OneAnswerEach, bind_decisions, flag_text, flags_of
 from effectgate.cli._render import dumps, terminal_safe
 from effectgate.errors import DecisionError
 
@@ -156,6 +156,15 @@ class BlanketDecisions:
                 self.say(
                     f"{flag}: {label}: {compacted.get('message')} — approve it explicitly "
                     "with --decisions or interactively; left for review"
+                )
+                return None
+            others = flags_of(action)
+            if self.approve and others:
+                # Any other review flag (answers.REVIEW_FLAGS), e.g. a damaged
+                # ledger row of the same intent: never approved by a blanket flag.
+                self.say(
+                    f"{flag}: {label} is {flag_text(action, others[0])} — approve it "
+                    "explicitly with --decisions or interactively; left for review"
                 )
                 return None
             if self.approve:

@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from effectgate._failpoints import Failpoint
+from effectgate.cli._exit import ExitCode
 from effectgate.cli._output import Output, command_hint
 from effectgate.cli._render import (
     event_json,
@@ -36,13 +37,13 @@ from effectgate.cli._render import (
     threads_table,
 )
 from effectgate.cli._runs import inspection_agent
-from effectgate.errors import ConfigError, DecisionError
+from effectgate.errors import ConfigError, DecisionError, LedgerCorruptError
 from effectgate.retention import deleted_threads
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
     from effectgate.graph import RunResult
-    from effectgate.ledger import Ledger, Operation, ThreadRecord
+    from effectgate.ledger import DamagedOperation, Ledger, Operation, ThreadRecord
     from effectgate.tools import ToolSpec
 
 __all__ = [
@@ -94,25 +95,74 @@ def _thread_records(ledger: Ledger | None) -> list[ThreadRecord]:
     return [r for r in records if not is_turn_record(r.thread_id)]
 
 
-def _statuses(sd: StateDir, records: list[ThreadRecord]) -> list[tuple[ThreadRecord, RunResult]]:
-    """Each thread's status, read by an agent with that thread's tools (``--agent``) if known."""
+def _statuses(
+    sd: StateDir, records: list[ThreadRecord], unreadable: dict[str, str]
+) -> list[tuple[ThreadRecord, RunResult]]:
+    """Each thread's status, read by an agent with that thread's tools (``--agent``) if known.
+
+    A thread whose ledger rows fail validation is left out and put in
+    ``unreadable`` (thread id -> why): one damaged row hides one thread, not
+    the listing.
+    """
     from effectgate.cli._loader import inspection_agent_for, thread_agent
+
+    def status_of(agent: Any, thread_id: str) -> RunResult | None:
+        try:
+            return agent.status(thread_id)  # type: ignore[no-any-return]
+        except LedgerCorruptError as exc:
+            unreadable[thread_id] = str(exc)
+            return None
 
     out = []
     plain = [r for r in records if thread_agent(sd, r.thread_id, r.metadata) is None]
     if plain:
         with inspection_agent(sd) as agent:
-            out += [(r, agent.status(r.thread_id)) for r in plain]
+            for r in plain:
+                if (found := status_of(agent, r.thread_id)) is not None:
+                    out.append((r, found))
     for record in records:
         if record in plain:
             continue
         with inspection_agent_for(sd, record.thread_id) as (agent, note):
-            status = agent.status(record.thread_id)
+            status = status_of(agent, record.thread_id)
+        if status is None:
+            continue
         if note is not None:
             status = replace(status, error=f"{note}; {status.error or ''}".rstrip("; "))
         out.append((record, status))
     order = {r.thread_id: i for i, r in enumerate(records)}
     return sorted(out, key=lambda row: order[row[0].thread_id])
+
+
+_UNREADABLE_HINT = (
+    "the rest is listed; the row was changed outside effectgate (or the storage is "
+    "damaged): restore it from a backup, or settle the thread by hand"
+)
+
+
+def _said_damaged(output: Output, rows: Sequence[tuple[str, str | None, str]]) -> int:
+    """Print ``(what, thread, why)`` per unreadable thread or row; the exit code (1 if any).
+
+    Text mode only: JSON callers carry the same rows in their own key.
+    """
+    if not rows:
+        return 0
+    if not output.json_mode:
+        for what, thread, why in rows:
+            where = f" (thread {thread})" if thread is not None else ""
+            output.out.print(
+                f"[bold red]unreadable[/] {escape(terminal_safe(what + where))}: "
+                f"{escape(terminal_safe(why))}"
+            )
+        output.out.print(escape(_UNREADABLE_HINT))
+    return int(ExitCode.ERROR)
+
+
+def _damaged_json(damaged: list[DamagedOperation]) -> list[dict[str, str]]:
+    return [
+        {"operation_id": d.operation_id, "thread_id": d.thread_id, "reason": d.reason}
+        for d in damaged
+    ]
 
 
 def threads(state_dir: Path, output: Output) -> int:
@@ -122,12 +172,16 @@ def threads(state_dir: Path, output: Output) -> int:
         records = _thread_records(ledger)
         gone = deleted_threads(ledger) if ledger is not None else {}
     live = [r for r in records if r.thread_id not in gone]
-    statuses = {r.thread_id: st for r, st in (_statuses(sd, live) if live else [])}
+    unreadable: dict[str, str] = {}
+    statuses = {r.thread_id: st for r, st in (_statuses(sd, live, unreadable) if live else [])}
     if output.json_mode:
         listed = []
         for record in records:
             if record.thread_id in gone:
                 entry = thread_json(record, _deleted(gone[record.thread_id]))
+            elif record.thread_id in unreadable:
+                entry = thread_json(record, "unreadable")
+                entry["why"] = unreadable[record.thread_id]
             else:
                 status = statuses[record.thread_id]
                 entry = thread_json(record, status.status.value)
@@ -142,6 +196,8 @@ def threads(state_dir: Path, output: Output) -> int:
                     record,
                     _deleted(gone[record.thread_id])
                     if record.thread_id in gone
+                    else "unreadable (below)"
+                    if record.thread_id in unreadable
                     else _status_text(
                         statuses[record.thread_id].status.value, statuses[record.thread_id].error
                     ),
@@ -149,7 +205,7 @@ def threads(state_dir: Path, output: Output) -> int:
                 for record in records
             )
         )
-    return 0
+    return _said_damaged(output, [(f"thread {t}", None, why) for t, why in unreadable.items()])
 
 
 def _deleted(tombstone: Any) -> str:
@@ -164,10 +220,11 @@ def _status_text(status: str, why: str | None) -> str:
 def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
     """Show everything awaiting review or reconciliation."""
     sd = _existing(state_dir)
+    damaged: list[DamagedOperation] = []
     with ledger_if_any(sd) as ledger:
         records = _thread_records(ledger)
         ops = (
-            ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES))
+            ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES), damaged=damaged)
             if ledger is not None
             else []
         )
@@ -176,7 +233,8 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
         if not records:
             raise ConfigError(f"unknown thread {thread_id!r} in {sd.root}")
     waiting: list[dict[str, Any]] = []
-    for record, status in _statuses(sd, records) if records else []:
+    unreadable: dict[str, str] = {}
+    for record, status in _statuses(sd, records, unreadable) if records else []:
         if status.interrupts:
             waiting.append(
                 {
@@ -196,11 +254,26 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
                     "unanswerable": status.error,
                 }
             )
+    # A damaged row may hide an open operation: such a thread is listed as
+    # unreadable, with the rows that fail validation.
+    shown = {d.thread_id for d in damaged}
+    rows: list[tuple[str, str | None, str]] = [
+        (f"operation {d.operation_id}", d.thread_id, d.reason) for d in damaged
+    ]
+    rows += [(f"thread {t}", None, why) for t, why in unreadable.items() if t not in shown]
     if output.json_mode:
-        output.emit_json({"threads": waiting, "operations": [operation_json(o) for o in ops]})
-        return 0
-    _print_pending(output, waiting, ops, state_dir)
-    return 0
+        output.emit_json(
+            {
+                "threads": waiting,
+                "operations": [operation_json(o) for o in ops],
+                "unreadable_threads": unreadable,
+                "damaged": _damaged_json(damaged),
+            }
+        )
+        return int(ExitCode.ERROR) if rows else 0
+    if waiting or ops or not rows:
+        _print_pending(output, waiting, ops, state_dir)
+    return _said_damaged(output, rows)
 
 
 def _states(names: tuple[str, ...]) -> list[Any]:
@@ -313,12 +386,20 @@ def ledger_list(
                 f"unknown tool {tool!r} in {sd.root}; tools in this ledger: "
                 + (", ".join(in_ledger) or "none")
             )
-        ops = ledger.list(thread_id=thread_id, states=states, tool=tool) if ledger else []
+        damaged: list[DamagedOperation] = []
+        ops = (
+            ledger.list(thread_id=thread_id, states=states, tool=tool, damaged=damaged)
+            if ledger
+            else []
+        )
+    rows = [(f"operation {d.operation_id}", d.thread_id, d.reason) for d in damaged]
     if output.json_mode:
-        output.emit_json({"operations": [operation_json(op) for op in ops]})
-    else:
-        output.out.print(operations_table(ops))
-    return 0
+        output.emit_json(
+            {"operations": [operation_json(op) for op in ops], "damaged": _damaged_json(damaged)}
+        )
+        return int(ExitCode.ERROR) if rows else 0
+    output.out.print(operations_table(ops))
+    return _said_damaged(output, rows)
 
 
 def ledger_show(state_dir: Path, output: Output, *, operation_id: str) -> int:

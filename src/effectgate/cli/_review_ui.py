@@ -258,6 +258,21 @@ def _warnings(action: Mapping[str, Any]) -> list[Text]:
                 style="bold yellow",
             )
         )
+    unreadable = action.get("unreadable_same_intent")
+    if isinstance(unreadable, list) and unreadable:
+        rows = "; ".join(
+            f"{d.get('operation_id')} (thread {d.get('thread_id')}): {d.get('reason')}"
+            for d in unreadable
+            if isinstance(d, Mapping)
+        )
+        out.append(
+            Text(
+                "UNREADABLE LEDGER ROW of the same intent: "
+                + terminal_safe(rows)
+                + "; whether this already ran cannot be checked",
+                style="bold red",
+            )
+        )
     compacted = action.get("compacted_operation")
     if isinstance(compacted, Mapping):
         out.append(

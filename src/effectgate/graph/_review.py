@@ -33,6 +33,7 @@ from effectgate._intent import default_operation_id
 from effectgate.answers import (
     decision_allowed,
     flag_text,
+    flags_of,
     new_flags,
     recorded_decision,
     started,
@@ -57,6 +58,7 @@ from effectgate.graph._state import (
 from effectgate.ledger import (
     UNFINISHED,
     Approval,
+    DamagedOperation,
     Ledger,
     OpenRequest,
     Operation,
@@ -367,7 +369,10 @@ def _prepare_one(
     base = spec.operation_id_for(args, thread_id=thread_id, tool_call_id=call.id)
     # One reading for the id and the intent (one round trip on PostgreSQL);
     # a taken id's ``#n`` variants, rare, are read one by one.
-    near, near_tombs = ledger.intent_neighbours(base, ihash)
+    # A row of the same intent that fails validation (a damaged ledger) does
+    # not stop the review: the call is flagged, and a person decides.
+    unreadable: list[DamagedOperation] = []
+    near, near_tombs = ledger.intent_neighbours(base, ihash, damaged=unreadable)
     at_base = next((op for op in near if op.operation_id == base), None)
     op_id, existing = choose_operation_id(
         spec, args, ledger=ledger, thread_id=thread_id, tool_call_id=call.id, known={base: at_base}
@@ -409,6 +414,11 @@ def _prepare_one(
         request["repeat_of_rejected"] = repeat
     if replaced_by is not None:
         request["replaced_by_edit"] = replaced_by
+    if unreadable:
+        request["unreadable_same_intent"] = [
+            {"operation_id": d.operation_id, "thread_id": d.thread_id, "reason": d.reason[:300]}
+            for d in unreadable
+        ]
     allowed: list[Any] = ["edit", "reject"] if conflict else ["approve", "edit", "reject"]
     # A call whose operation already ended with these very arguments cannot
     # act again (dispatch returns the stored outcome), so nobody is asked.
@@ -426,18 +436,14 @@ def _prepare_one(
             or _approved_by(ledger, existing, thread_id, call.id, ihash)
         )
     )
-    # Policy may approve without asking, but never an unsafe tool, a possible
-    # duplicate (of a compacted operation too), a call whose operation id is
-    # bound to other arguments, or one whose id was compacted (its outcome is
-    # no longer in the ledger: a replay or a new run reached it).
+    # Policy may approve without asking, but never an unsafe tool, a call whose
+    # operation id is bound to other arguments, or one carrying any of the
+    # review flags (answers.REVIEW_FLAGS: a possible duplicate, of a compacted
+    # operation too; a repeat of a rejected call; a compacted id, whose outcome
+    # is no longer in the ledger; a call an edit replaced; a damaged ledger row
+    # of the same intent).
     policy_approves = not spec.needs_review or spec.name in policy.auto_approve
-    flagged = (
-        request["possible_duplicate_of"] is not None
-        or bool(conflict)
-        or repeat is not None
-        or replaced_by is not None
-        or reopened is not None
-    )
+    flagged = bool(conflict) or bool(flags_of(request))
     auto = settled or (policy_approves and spec.kind is not EffectKind.UNSAFE and not flagged)
     # Proposed again past the cap after rejections: refused without asking.
     refused = not settled and len(rejected) >= policy.max_repeats_after_reject

@@ -354,6 +354,12 @@ class ActionRequest(TypedDict):
     """
     possible_duplicate_compacted: NotRequired[dict[str, Any]]
     """``possible_duplicate_of`` names a compacted operation: its tombstone's summary."""
+    unreadable_same_intent: NotRequired[list[dict[str, Any]]]
+    """Ledger rows under this call's id or of its intent that fail validation.
+
+    ``[{operation_id, thread_id, reason}]``: a damaged ledger hides whether
+    this call already ran, so it is never approved by policy alone.
+    """
 
 
 class ReviewConfig(TypedDict):

@@ -27,11 +27,13 @@ from effectgate._recent import Recent
 from effectgate.errors import (
     ApprovalMismatchError,
     IntentConflictError,
+    LedgerCorruptError,
 )
 from effectgate.ledger._attempts import AttemptsMixin, verified
 from effectgate.ledger._model import (
     Approval,
     Budget,
+    DamagedOperation,
     Event,
     EventKind,
     Lease,
@@ -314,6 +316,7 @@ class Ledger(AttemptsMixin):
         states: Iterable[OpState] | None = None,
         tool: str | None = None,
         intent_hash: str | None = None,
+        damaged: builtins.list[DamagedOperation] | None = None,
     ) -> builtins.list[Operation]:
         """Return the operations matching every given filter, validated on load.
 
@@ -323,18 +326,56 @@ class Ledger(AttemptsMixin):
             tool: only this tool's operations.
             intent_hash: only operations with this intent (any thread), e.g.
                 to flag a possible duplicate of an earlier action; indexed.
+            damaged: when given, a row that fails validation does not fail
+                the listing: it is appended here (``DamagedOperation``) and
+                the readable rows are returned. A damaged row is reported
+                whatever ``states`` and ``tool`` ask, since what it stores
+                cannot be trusted; ``thread_id`` and ``intent_hash`` still
+                select it. ``None``: such a row raises.
 
         Returns:
             Operations ordered by ``created_at``, then ``operation_id``.
 
         Raises:
-            LedgerCorruptError: a matching row fails validation.
+            LedgerCorruptError: a matching row fails validation (and
+                ``damaged`` is ``None``).
         """
+        try:
+            with self._store.read(single=True) as r:
+                ops = r.list_operations(
+                    thread_id=thread_id, states=states, tool=tool, intent_hash=intent_hash
+                )
+            return [self._verified_once(op) for op in ops]
+        except LedgerCorruptError:
+            if damaged is None:
+                raise
+        # The slow path, only past a damaged row: each row read on its own.
         with self._store.read(single=True) as r:
-            ops = r.list_operations(
-                thread_id=thread_id, states=states, tool=tool, intent_hash=intent_hash
-            )
-        return [self._verified_once(op) for op in ops]
+            refs = r.operation_refs(thread_id=thread_id, intent_hash=intent_hash)
+        wanted = None if states is None else frozenset(OpState(s) for s in states)
+        return [
+            op
+            for op in self._each_readable(refs, damaged)
+            if (wanted is None or op.state in wanted) and (tool is None or op.tool == tool)
+        ]
+
+    def _each_readable(
+        self, refs: Iterable[tuple[str, str]], damaged: builtins.list[DamagedOperation]
+    ) -> builtins.list[Operation]:
+        """Read each ``(operation_id, thread_id)`` alone; one that fails goes to ``damaged``."""
+        out = []
+        for operation_id, thread_id in refs:
+            try:
+                op = self.get(operation_id)
+            except LedgerCorruptError as exc:
+                why = str(exc)
+                damaged.append(
+                    DamagedOperation(operation_id=operation_id, thread_id=thread_id, reason=why)
+                )
+                continue
+            if op is not None:  # deleted by retention meanwhile
+                out.append(op)
+        return out
 
     def _verified_once(self, op: Operation) -> Operation:
         # A store may hand back the very object it decoded before for a row
@@ -357,7 +398,11 @@ class Ledger(AttemptsMixin):
             return r.list_operation_tombstones(intent_hash=intent_hash)
 
     def intent_neighbours(
-        self, operation_id: str, intent_hash: str
+        self,
+        operation_id: str,
+        intent_hash: str,
+        *,
+        damaged: builtins.list[DamagedOperation] | None = None,
     ) -> tuple[builtins.list[Operation], builtins.list[OperationTombstone]]:
         """Return the operations and tombstones under ``operation_id`` or of ``intent_hash``.
 
@@ -368,12 +413,32 @@ class Ledger(AttemptsMixin):
         ordered by ``created_at`` then id; tombstones by finish, then id. On
         PostgreSQL both statements travel in one round trip.
 
+        Args:
+            operation_id: the id the call would take.
+            intent_hash: the call's intent.
+            damaged: as for ``list``: a row that fails validation is appended
+                here instead of raising (a review then warns about it).
+
         Raises:
-            LedgerCorruptError: a matching operation row fails validation.
+            LedgerCorruptError: a matching operation row fails validation
+                (and ``damaged`` is ``None``).
         """
-        with self._store.read(single=True) as r:
-            ops, tombstones = r.intent_neighbours(operation_id, intent_hash)
-        return [self._verified_once(op) for op in ops], tombstones
+        try:
+            with self._store.read(single=True) as r:
+                ops, tombstones = r.intent_neighbours(operation_id, intent_hash)
+            return [self._verified_once(op) for op in ops], tombstones
+        except LedgerCorruptError:
+            if damaged is None:
+                raise
+        with self._store.read() as r:
+            refs = r.operation_refs(operation_id=operation_id, intent_hash=intent_hash)
+            same = r.list_operation_tombstones(intent_hash=intent_hash)
+            tombs = {t.operation_id: t for t in same}
+            own = r.get_operation_tombstone(operation_id)
+        if own is not None:
+            tombs[own.operation_id] = own
+        ordered = sorted(tombs.values(), key=lambda t: (t.finished_at, t.operation_id))
+        return self._each_readable(refs, damaged), ordered
 
     def approvals(self, operation_id: str) -> builtins.list[Approval]:
         """Return an operation's approvals in the order they were recorded."""

@@ -341,6 +341,21 @@ class ThreadTombstone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DamagedOperation:
+    """An operation row that fails validation, as a tolerant listing reports it.
+
+    Attributes:
+        operation_id: the row's id (read as stored).
+        thread_id: the thread the row names (read as stored).
+        reason: why it cannot be read (the ``LedgerCorruptError`` message).
+    """
+
+    operation_id: str
+    thread_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperationTombstone:
     """What is left of a terminal operation compacted by retention.
 

@@ -92,7 +92,7 @@ from effectgate.ledger._model import (
     ThreadTombstone,
 )
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS, VERSION_TABLE
-from effectgate.ledger._sqlite import _DecodedRows
+from effectgate.ledger._sqlite import _DecodedRows, _ref_filter
 from effectgate.ledger._store import (
     Change,
     Expect,
@@ -628,6 +628,19 @@ class _Reader:
             (intent_hash,),
         )
         return [_operation_tombstone(row) for row in rows]
+
+    def operation_refs(
+        self,
+        *,
+        thread_id: str | None = None,
+        operation_id: str | None = None,
+        intent_hash: str | None = None,
+    ) -> list[tuple[str, str]]:
+        where, params = _ref_filter(thread_id, operation_id, intent_hash, "%s")
+        rows = self._rows(
+            "SELECT operation_id, thread_id FROM ledger_operations" + where + SQL_LIST_ORDER, params
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     def intent_neighbours(
         self, operation_id: str, intent_hash: str

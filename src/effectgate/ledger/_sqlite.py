@@ -184,6 +184,25 @@ def _translated(path: Path) -> Iterator[None]:
         raise _translate_error(exc, path) from exc
 
 
+def _ref_filter(
+    thread_id: str | None, operation_id: str | None, intent_hash: str | None, mark: str
+) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause of ``operation_refs`` (``mark``: the driver's placeholder)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if thread_id is not None:
+        where.append(f"thread_id = {mark}")
+        params.append(thread_id)
+    near = []
+    for column, value in (("operation_id", operation_id), ("intent_hash", intent_hash)):
+        if value is not None:
+            near.append(f"{column} = {mark}")
+            params.append(value)
+    if near:
+        where.append("(" + " OR ".join(near) + ")")
+    return (" WHERE " + " AND ".join(where) if where else ""), params
+
+
 class _DecodedRows:
     """Operations decoded from rows, reused while a row reads back byte for byte the same.
 
@@ -462,6 +481,19 @@ class _Reader:
             (intent_hash,),
         )
         return [_operation_tombstone(row) for row in rows]
+
+    def operation_refs(
+        self,
+        *,
+        thread_id: str | None = None,
+        operation_id: str | None = None,
+        intent_hash: str | None = None,
+    ) -> list[tuple[str, str]]:
+        where, params = _ref_filter(thread_id, operation_id, intent_hash, "?")
+        rows = self._conn.execute(
+            "SELECT operation_id, thread_id FROM operations" + where + SQL_LIST_ORDER, params
+        ).fetchall()
+        return [(str(r[0]), str(r[1])) for r in rows]
 
     def intent_neighbours(
         self, operation_id: str, intent_hash: str

@@ -205,6 +205,23 @@ class StoreReader(Protocol):
         """Return the tombstones of compacted operations of one intent, oldest finish first."""
         ...
 
+    def operation_refs(
+        self,
+        *,
+        thread_id: str | None = None,
+        operation_id: str | None = None,
+        intent_hash: str | None = None,
+    ) -> list[tuple[str, str]]:
+        """``(operation_id, thread_id)`` of the matching rows, read without decoding them.
+
+        Matches ``thread_id`` (if given) and, if ``operation_id`` or
+        ``intent_hash`` is given, rows under that id or of that intent; in
+        ``list_operations`` order. For a listing that must go on past a row
+        that fails validation (``Ledger.list(damaged=...)``): each row is then
+        read on its own.
+        """
+        ...
+
     def intent_neighbours(
         self, operation_id: str, intent_hash: str
     ) -> tuple[list[Operation], list[OperationTombstone]]:

@@ -29,6 +29,7 @@ from effectgate.ledger import (
     MAX_RECOVERIES,
     Approval,
     Budget,
+    DamagedOperation,
     EventKind,
     Expect,
     Ledger,
@@ -137,6 +138,15 @@ class LedgerConformance(abc.ABC):
         yield
         for ledger in self._opened:
             ledger.close()
+
+    def damage_arguments(self, name: str, operation_id: str) -> None:
+        """Rewrite a stored operation's arguments behind the ledger's back (its guards off).
+
+        The row then fails validation (its intent hash no longer matches).
+        A store suite overrides this with its own SQL; the default skips the
+        tests that need it.
+        """
+        pytest.skip("this store suite offers no way to damage a stored row")
 
     def ledger(self, name: str = "main") -> Ledger:
         """Open a ``Ledger`` over ``name`` on the suite's fake clock (closed after the test)."""
@@ -295,6 +305,41 @@ class LedgerConformance(abc.ABC):
             ledger.claim(op.operation_id, attempt=1, worker="w1")
         with pytest.raises(KeyError):
             ledger.claim("nope", attempt=1, worker="w1")
+
+    # ----------------------------------------------------------- damaged rows
+
+    def test_a_listing_goes_on_past_a_damaged_row_when_asked(self) -> None:
+        """``list(damaged=...)`` returns the readable rows and names the damaged one."""
+        ledger = self.ledger()
+        kept = ledger.open(**_fields(make_request("t1:c1")))
+        broken = ledger.open(**_fields(make_request("t1:c2")))
+        other = ledger.open(**_fields(make_request("t2:c1", thread_id="t2")))
+        self.damage_arguments("main", broken.operation_id)
+        with pytest.raises(errors.LedgerCorruptError):
+            ledger.list(thread_id="t1")
+        damaged: list[DamagedOperation] = []
+        assert ledger.list(thread_id="t1", damaged=damaged) == [kept]
+        assert [(d.operation_id, d.thread_id) for d in damaged] == [("t1:c2", "t1")]
+        assert "intent hash" in damaged[0].reason
+        everything: list[DamagedOperation] = []
+        proposed = ledger.list(states=[_S.PROPOSED], tool="write_file", damaged=everything)
+        assert proposed == [kept, other]
+        assert [d.operation_id for d in everything] == ["t1:c2"]
+        assert ledger.list(thread_id="t2", damaged=[]) == [other]
+
+    def test_intent_neighbours_go_on_past_a_damaged_row_when_asked(self) -> None:
+        """A damaged operation of the same intent is named, not raised, with ``damaged``."""
+        ledger = self.ledger()
+        same = {"path": "notes.txt", "content": "same"}
+        first = ledger.open(**_fields(make_request("t1:c1", args=same)))
+        second = ledger.open(**_fields(make_request("t2:c1", thread_id="t2", args=same)))
+        self.damage_arguments("main", first.operation_id)
+        with pytest.raises(errors.LedgerCorruptError):
+            ledger.intent_neighbours("t3:c1", second.intent_hash)
+        damaged: list[DamagedOperation] = []
+        ops, tombs = ledger.intent_neighbours("t3:c1", second.intent_hash, damaged=damaged)
+        assert (ops, tombs) == ([second], [])
+        assert [(d.operation_id, d.thread_id) for d in damaged] == [("t1:c1", "t1")]
 
     # ----------------------------------------------------------- results
 
