@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -258,6 +259,56 @@ def test_stopper_breaks_a_prompt_and_forwards_the_stop_to_a_run() -> None:
     with stopper.running(run):
         time.sleep(0.2)
     assert run.reasons and set(run.reasons) == {"stopped by SIGINT"}
+
+
+_SWALLOWED = """
+import gc, os, signal, sys, threading, time
+from effectgate.cli._signals import Mode, Stopper
+
+stopper = Stopper()
+stopper.install()
+stopper.mode = Mode.GRACEFUL
+
+class Finalized:
+    def __del__(self):  # the signal lands here: Python drops what the handler raises
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+        time.sleep(0.5)
+
+try:
+    with stopper.prompt():
+        Finalized()
+        gc.collect()
+        print("waiting at the prompt", flush=True)
+        sys.stdin.readline()
+    print("the prompt returned without a signal", flush=True)
+except KeyboardInterrupt:
+    print("prompt interrupted by", stopper.signal_name, "aborted:", stopper.aborted_by, flush=True)
+"""
+
+
+def test_a_signal_dropped_inside_a_finalizer_still_breaks_the_prompt() -> None:
+    """A ``KeyboardInterrupt`` Python swallows ("Exception ignored in ...") is sent again.
+
+    The first Ctrl-C at a review prompt used to be lost when it landed during
+    a lazy import or a ``__del__``: the prompt waited on until a second one.
+    """
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()  # a prompt nobody types into: stdin stays open
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _SWALLOWED],
+            stdin=read_end,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert "Exception ignored" in done.stderr  # the first delivery really was dropped
+    assert "prompt interrupted by SIGINT aborted: None" in done.stdout, done.stdout + done.stderr
 
 
 class _FakeAgent:

@@ -24,6 +24,7 @@ import enum
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, Protocol
@@ -35,6 +36,8 @@ __all__ = ["STOPPER", "Mode", "Stoppable", "Stopper"]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _POLL_S = 0.05
 """How often a stop request is repeated until the run picks it up (seconds)."""
+_REDELIVER_S = 0.25
+"""How long a prompt interrupt may stay unanswered before it is sent again (seconds)."""
 
 
 class Mode(enum.StrEnum):
@@ -64,6 +67,8 @@ class Stopper:
         self.say: Callable[[str], None] = lambda text: None
         self._stopped = threading.Event()
         self._prompt_depth = 0
+        self._prompt_interrupt: int | None = None
+        self._redelivering = False
         self._previous: dict[int, Any] | None = None
 
     @property
@@ -98,6 +103,7 @@ class Stopper:
         self.signal_name = self.aborted_by = None
         self._stopped.clear()
         self._prompt_depth = 0
+        self._prompt_interrupt = None
         self.mode = Mode.DEFER
 
     @contextlib.contextmanager
@@ -116,12 +122,21 @@ class Stopper:
 
     @contextlib.contextmanager
     def prompt(self) -> Iterator[None]:
-        """Let the first signal interrupt a blocking prompt (``KeyboardInterrupt``)."""
+        """Let the first signal interrupt a blocking prompt (``KeyboardInterrupt``).
+
+        Python drops an exception raised by a signal handler while the main
+        thread runs a weakref callback or ``__del__`` ("Exception ignored
+        in ..."), for example during a lazy import at the prompt; the
+        prompt would then wait on as if no signal had come. So until the
+        ``KeyboardInterrupt`` has left this block, the signal is sent again
+        every ``_REDELIVER_S`` seconds (``_redeliver``).
+        """
         self._prompt_depth += 1
         try:
             yield
         finally:
             self._prompt_depth -= 1
+            self._prompt_interrupt = None
 
     @contextlib.contextmanager
     def running(self, agent: Stoppable) -> Iterator[None]:
@@ -146,8 +161,23 @@ class Stopper:
             done.set()
             watcher.join()
 
+    def _redeliver(self) -> None:
+        """Send the prompt's interrupt again until it has unwound the prompt."""
+        while True:
+            time.sleep(_REDELIVER_S)
+            signum = self._prompt_interrupt
+            if signum is None or not self._prompt_depth:
+                return
+            self._redelivering = True
+            os.kill(os.getpid(), signum)
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if self._redelivering:
+            self._redelivering = False
+            if self._prompt_interrupt is not None and self._prompt_depth:
+                raise KeyboardInterrupt
+            return
         if self.requested:
             self.aborted_by = name
             if self.mode is Mode.DEFER:
@@ -159,7 +189,13 @@ class Stopper:
             raise KeyboardInterrupt
         self.signal_name = name
         self._stopped.set()
-        if self.mode is Mode.IMMEDIATE or self._prompt_depth:
+        if self._prompt_depth:
+            self._prompt_interrupt = signum
+            threading.Thread(
+                target=self._redeliver, name="effectgate-prompt-signal", daemon=True
+            ).start()
+            raise KeyboardInterrupt
+        if self.mode is Mode.IMMEDIATE:
             raise KeyboardInterrupt
         if self.mode is Mode.GRACEFUL:
             again = "Ctrl-C again" if name == "SIGINT" else "a second SIGTERM or Ctrl-C"
