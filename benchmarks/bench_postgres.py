@@ -37,10 +37,13 @@ it writes ``results/postgres_roundtrips.json``.
 
 ``--paired`` runs plain LangGraph and effectgate on PostgreSQL in this
 process, one thread each, and times their effects alternately (the order
-flips every pair): wall time and this process's CPU time
+rotates every round): wall time and this process's CPU time
 (``time.process_time``) per effect, median and min-max over the pairs, and
 the median of the per-pair ratios; it writes ``results/postgres_paired.json``.
-Paired, a load spike hits both systems alike.
+Paired, a load spike hits both systems alike. A third system takes turns
+with them: ``protocol_floor`` (``ProtocolFloor``), the least any ledger that
+keeps effectgate's guarantees must add per effect on PostgreSQL, by raw
+psycopg: three transactions of one round trip each.
 """
 
 from __future__ import annotations
@@ -149,7 +152,79 @@ class EffectgatePg(c.System):
         self._cm.__exit__(None, None, None)
 
 
-def _open(system: str, url: str, root: Path, calls: int) -> c.System:
+class ProtocolFloor:
+    """The ledger writes one approved side effect cannot do without, by raw psycopg.
+
+    Per effect, three transactions, each ``BEGIN``, its statements and
+    ``COMMIT`` in one pipeline (one round trip):
+
+    1. the review: the operation row, its approval and an event, with
+       ``synchronous_commit = off`` (as effectgate's review record; a lost
+       review is asked again);
+    2. the claim: ``UPDATE ... WHERE state = 'approved' AND attempt = 0``
+       (the conditional update whose attempt number is the fencing token)
+       and an event, durable: it must be on disk before the tool runs;
+    3. the result: ``UPDATE ... WHERE attempt = 1 AND state = 'running'``
+       with the receipt, and an event, durable.
+
+    No lease, no reads, no checkpoint, no model, no tool: what is left when
+    every check a crash-safe dispatch makes is folded into its writes. Its
+    time over LangGraph's per effect is the smallest overhead effectgate's
+    protocol could have here.
+    """
+
+    name = "protocol_floor"
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn.execute(
+            "CREATE TABLE floor_ops (id text PRIMARY KEY, thread text, args jsonb, "
+            "state text, attempt int, receipt jsonb);"
+            "CREATE TABLE floor_approvals (op text, decision text, at timestamptz);"
+            "CREATE TABLE floor_events (op text, kind text, at timestamptz, detail jsonb)"
+        )
+        self.n = 0
+
+    def start(self, thread_id: str) -> None:
+        """Nothing to start: the floor has no thread state."""
+
+    def step(self, thread_id: str) -> None:
+        """The three transactions of one approved side effect."""
+        self.n += 1
+        op = f"{thread_id}:{self.n}"
+        conn = self.conn
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute(
+                "INSERT INTO floor_ops VALUES (%s, %s, %s, 'approved', 0, NULL)",
+                (op, thread_id, '{"label": "x"}'),
+            )
+            conn.execute("INSERT INTO floor_approvals VALUES (%s, 'approve', now())", (op,))
+            conn.execute("INSERT INTO floor_events VALUES (%s, 'approved', now(), '{}')", (op,))
+            conn.execute("COMMIT")
+        for update, kind in (
+            ("state = 'running', attempt = 1 WHERE id = %s AND state = 'approved' "
+             "AND attempt = 0", "claimed"),
+            ("state = 'succeeded', receipt = '{\"ok\": true}' WHERE id = %s "
+             "AND attempt = 1 AND state = 'running'", "succeeded"),
+        ):  # fmt: skip
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute(f"UPDATE floor_ops SET {update}", (op,))
+                conn.execute("INSERT INTO floor_events VALUES (%s, %s, now(), '{}')", (op, kind))
+                conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+
+def _open(system: str, url: str, root: Path, calls: int) -> Any:
+    if system == "protocol_floor":
+        return ProtocolFloor(url)
     script = c.make_script(calls + 2)
     if system == "langgraph_pg":
         return LangGraphPg(url, script)
@@ -440,11 +515,11 @@ def paired(admin_dsn: str, pairs: int) -> dict[str, Any]:
 
     from effectgate.testing.postgres import scratch_database, with_search_path
 
-    names = ("langgraph_pg", "effectgate_pg")
+    names = ("langgraph_pg", "effectgate_pg", "protocol_floor")
     wall: dict[str, list[float]] = {s: [] for s in names}
     cpu: dict[str, list[float]] = {s: [] for s in names}
     with scratch_database(admin_dsn) as db:
-        systems: dict[str, c.System] = {}
+        systems: dict[str, Any] = {}
         try:
             for s in names:
                 with psycopg.connect(db, autocommit=True) as conn:
@@ -468,6 +543,11 @@ def paired(admin_dsn: str, pairs: int) -> dict[str, Any]:
     out["ratio_effectgate_over_langgraph"] = {
         key: c.spread([e / g for e, g in zip(v["effectgate_pg"], v["langgraph_pg"], strict=True)])
         for key, v in (("wall", wall), ("cpu", cpu))
+    }
+    out["ratio_floor_over_langgraph"] = {
+        "wall": c.spread(
+            [f / g for f, g in zip(wall["protocol_floor"], wall["langgraph_pg"], strict=True)]
+        )
     }
     out["load_1m_after"] = round(os.getloadavg()[0], 2)
     return out
@@ -506,7 +586,8 @@ def main() -> None:
         c.log(
             "  effectgate/langgraph per effect: wall "
             f"{timed_pairs['ratio_effectgate_over_langgraph']['wall']}, "
-            f"cpu {timed_pairs['ratio_effectgate_over_langgraph']['cpu']}"
+            f"cpu {timed_pairs['ratio_effectgate_over_langgraph']['cpu']}; "
+            f"protocol floor/langgraph {timed_pairs['ratio_floor_over_langgraph']['wall']}"
         )
         c.log(f"wrote {c.write_result('postgres_paired', {'pairs': pairs}, timed_pairs)}")
         return

@@ -197,7 +197,7 @@ def _target_postgres_scaling(doc: dict[str, Any]) -> list[str]:
 def _target_postgres_paired(doc: dict[str, Any]) -> list[str]:
     r = doc["results"]["ratio_effectgate_over_langgraph"]
     when = f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}"
-    return [
+    rows = [
         _row(
             "time per approved side effect / LangGraph + PostgresSaver (one thread each, "
             f"alternating in one process, {doc['params']['pairs']} pairs; bench_postgres.py "
@@ -205,6 +205,17 @@ def _target_postgres_paired(doc: dict[str, Any]) -> list[str]:
             "<= 1.10x", _f(r["wall"], "x"), _verdict(r["wall"]["median"], 1.10), "1.00x",
         )
     ]  # fmt: skip
+    floor = doc["results"].get("ratio_floor_over_langgraph")
+    if floor:
+        ms = doc["results"]["protocol_floor"]["wall_ms"]
+        rows.append(
+            _row(
+                "the protocol floor (review + claim + result, one round trip each, raw "
+                "psycopg) / LangGraph + PostgresSaver per effect (same pairs)",
+                "reported", f"{_f(floor['wall'], 'x')}; {_f(ms, ' ms')}", "reported", "-",
+            )
+        )  # fmt: skip
+    return rows
 
 
 def _target_restart(doc: dict[str, Any]) -> list[str]:
