@@ -200,7 +200,7 @@ def _target_postgres_paired(doc: dict[str, Any]) -> list[str]:
     rows = [
         _row(
             "time per approved side effect / LangGraph + PostgresSaver (one thread each, "
-            f"alternating in one process, {doc['params']['pairs']} pairs; bench_postgres.py "
+            f"{doc['params']['pairs']} effects long, alternating in one process; bench_postgres.py "
             f"--paired, {when}; CPU {_f(r['cpu'], 'x')})",
             "<= 1.10x", _f(r["wall"], "x"), _verdict(r["wall"]["median"], 1.10), "1.00x",
         )
@@ -360,6 +360,7 @@ def _targets(docs: dict[str, Any]) -> list[str]:
         ("async", _target_async),
         ("postgres", _target_postgres),
         ("postgres_paired", _target_postgres_paired),
+        ("postgres_paired_long", _target_postgres_paired),
         ("resume", _target_open_resume),
         ("restart", _target_restart),
         ("storage", _target_storage),
@@ -584,7 +585,8 @@ def _checks(docs: dict[str, Any]) -> list[str]:
 def render(results: Path, meta: dict[str, Any]) -> str:
     """The Markdown summary of whatever results/*.json exist."""
     names = [b for b in BENCHES if b != "ledger"]
-    docs: dict[str, Any] = {n: _load(results, n) for n in [*names, "ledger", "postgres_paired"]}
+    extra = ["ledger", "postgres_paired", "postgres_paired_long"]
+    docs: dict[str, Any] = {n: _load(results, n) for n in [*names, *extra]}
     sections = [
         ("Targets", _targets(docs)),
         ("Earlier targets (scaling)", _earlier_targets(docs)),
@@ -625,6 +627,11 @@ def _head(meta: dict[str, Any]) -> list[str]:
         "Medians with min-max over repeats; ratios are paired (both systems in the same repeat, "
         "taking turns step by step). Same offline scripted model, same no-op tool, same disk. "
         "benchmarks/README.md explains the method and the diagnosis.",
+        *(
+            f"Rerun since, alone: {', '.join(r['only'])} (commit {r['machine']['commit']}, "
+            f"{r['seconds']} s); a row naming a date and commit is from that run."
+            for r in meta.get("partial_runs", [])
+        ),
     ]
 
 
@@ -654,6 +661,16 @@ def main() -> int:
     total = round(time.perf_counter() - started, 1)
     command = "python benchmarks/run_all.py" + (" --quick" if args.quick else "")
     meta = {"command": command, "seconds": total, "runs": runs, "machine": c.machine_info()}
+    previous = _load(c.RESULTS_DIR, "run")
+    if previous and (args.summary_only or args.only):
+        # The header describes the last full run; a partial run's rows name
+        # their own date and commit, and the partial run is listed below it.
+        if runs:
+            previous.setdefault("partial_runs", []).append(
+                {"only": names, "seconds": total, "runs": runs, "machine": meta["machine"]}
+            )
+            previous["runs"].update(runs)
+        meta = previous
     if runs:
         c.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         (c.RESULTS_DIR / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
