@@ -220,20 +220,40 @@ REVIEW_FLAGS = (
 
 
 def flag_text(action: Mapping[str, Any], flag: str) -> str:
-    """What one of ``REVIEW_FLAGS`` says about the call, in words (for refusals and notes)."""
-    return {
-        "possible_duplicate_of": f"a possible duplicate of {action.get('possible_duplicate_of')}",
-        "repeat_of_rejected": "a repeat of a rejected call",
-        "compacted_operation": "an operation compacted by retention",
-        "replaced_by_edit": "a call a reviewer's edit replaced",
-        "unreadable_same_intent": "of the same intent as ledger row(s) that cannot be read ("
-        + ", ".join(
-            str(d.get("operation_id"))
-            for d in action.get("unreadable_same_intent") or ()
-            if isinstance(d, Mapping)
-        )
-        + ")",
-    }[flag]
+    """What one of ``REVIEW_FLAGS`` says about the call, in words (for refusals and notes).
+
+    The one wording of each flag: the review node's refusal of an approval
+    given without a flag, ``--approve all``'s note when it leaves a flagged
+    call for a person, and the review screen all say it this way. It reads
+    as the end of "the call is ...".
+
+    Args:
+        action: one action request of a review (its flags as the review node set them).
+        flag: one of ``REVIEW_FLAGS``.
+
+    Raises:
+        KeyError: ``flag`` is not one of ``REVIEW_FLAGS``.
+    """
+    value = action.get(flag)
+    if flag == "possible_duplicate_of":
+        return f"a possible duplicate of {value}"
+    if flag == "repeat_of_rejected":
+        if isinstance(value, Mapping):
+            return (
+                f"a repeat of {value.get('operation_id')}, which a reviewer rejected "
+                f"({value.get('reason')})"
+            )
+        return "a repeat of a rejected call"
+    if flag == "compacted_operation":
+        if isinstance(value, Mapping) and value.get("message"):
+            return f"an operation compacted by retention: {value.get('message')}"
+        return "an operation compacted by retention"
+    if flag == "replaced_by_edit":
+        return f"a call a reviewer's edit replaced (operation {value})"
+    if flag == "unreadable_same_intent":
+        ids = ", ".join(str(d.get("operation_id")) for d in value or () if isinstance(d, Mapping))
+        return f"of the same intent as ledger row(s) that cannot be read ({ids})"
+    raise KeyError(flag)
 
 
 def flags_of(action: Mapping[str, Any]) -> list[str]:

@@ -365,6 +365,59 @@ def test_approve_all_never_approves_a_possible_duplicate() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "said", "on_screen"),
+    [
+        (
+            "repeat_of_rejected",
+            {"operation_id": "op-rejected", "reason": "wrong customer"},
+            "a repeat of op-rejected, which a reviewer rejected (wrong customer)",
+            None,
+        ),
+        (
+            "replaced_by_edit",
+            "op-edited",
+            "a call a reviewer's edit replaced (operation op-edited)",
+            None,
+        ),
+        (
+            "compacted_operation",
+            {"operation_id": "op1", "message": "operation op1 was compacted on 2026-01-01"},
+            "an operation compacted by retention: operation op1 was compacted on 2026-01-01",
+            "COMPACTED: operation op1 was compacted on 2026-01-01; the ledger no longer holds",
+        ),
+    ],
+)
+def test_every_review_flag_reads_the_same_on_the_screen_and_in_approve_alls_note(
+    flag: str, value: Any, said: str, on_screen: str | None
+) -> None:
+    """One wording per flag (``answers.flag_text``): the blanket note and the review panel agree.
+
+    The screen words three flags at length (``_review_ui._SPELLED_OUT``).
+
+    The review screen used to show no warning at all for a repeat of a
+    rejected call or a call an edit replaced.
+    """
+    import io
+
+    from effectgate.cli._render import SafeConsole
+    from effectgate.cli._review_ui import action_panel
+
+    notes: list[str] = []
+    request = _request("keyed", "idempotent")
+    request["action_requests"][1][flag] = value
+    assert BlanketDecisions(approve=True, reviewer="r", say=notes.append).review(request) is None
+    assert notes == [
+        f"--approve all: tool1 (op1) is {said} — approve it explicitly with --decisions or "
+        "interactively; left for review"
+    ]
+    screen = io.StringIO()
+    panel = action_panel(request["action_requests"][1], 2, 2)
+    SafeConsole(file=screen, width=400, color_system=None).print(panel)
+    shown = " ".join(screen.getvalue().replace("│", " ").split())
+    assert (on_screen or said) in shown, shown
+
+
 def test_the_cli_drops_langgraphs_missing_node_warning_only() -> None:
     """The command names a missing tool itself (exit 2); LangGraph's warning was noise before it."""
     import logging

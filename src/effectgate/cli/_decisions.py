@@ -126,45 +126,15 @@ class BlanketDecisions:
                     f"{flag}: cannot {wanted} {label} (allowed: {allowed}){why}; left for review"
                 )
                 return None
-            repeat = action.get("repeat_of_rejected")
-            replaced = action.get("replaced_by_edit")
-            if self.approve and (repeat or replaced):
-                why = (
-                    f"repeats {repeat.get('operation_id')}, which a reviewer rejected "
-                    f"({repeat.get('reason')})"
-                    if isinstance(repeat, Mapping)
-                    else f"was replaced by a reviewer's edit (operation {replaced})"
-                )
+            flags = flags_of(action)
+            if self.approve and flags:
+                # A possible duplicate (the same effect already happened, e.g.
+                # the demo run twice), a repeat of a rejected call, a compacted
+                # id, an edited-away call, a damaged row of the same intent
+                # (answers.REVIEW_FLAGS): a person decides, never a blanket flag.
                 self.say(
-                    f"{flag}: {label} {why} — approve it explicitly with --decisions or "
-                    "interactively; left for review"
-                )
-                return None
-            duplicate = action.get("possible_duplicate_of")
-            if self.approve and duplicate:
-                # The same effect already happened once: repeating it takes a
-                # person's decision, never a blanket flag (e.g. the demo run twice).
-                self.say(
-                    f"{flag}: {label} is a possible duplicate of {duplicate} — approve it "
-                    "explicitly with --decisions or interactively; left for review"
-                )
-                return None
-            compacted = action.get("compacted_operation")
-            if self.approve and isinstance(compacted, Mapping):
-                # The id ran before and retention compacted it: the ledger no
-                # longer holds its outcome, so a person decides (a replay onto it).
-                self.say(
-                    f"{flag}: {label}: {compacted.get('message')} — approve it explicitly "
-                    "with --decisions or interactively; left for review"
-                )
-                return None
-            others = flags_of(action)
-            if self.approve and others:
-                # Any other review flag (answers.REVIEW_FLAGS), e.g. a damaged
-                # ledger row of the same intent: never approved by a blanket flag.
-                self.say(
-                    f"{flag}: {label} is {flag_text(action, others[0])} — approve it "
-                    "explicitly with --decisions or interactively; left for review"
+                    f"{flag}: {label} is {' and '.join(flag_text(action, f) for f in flags)}"
+                    " — approve it explicitly with --decisions or interactively; left for review"
                 )
                 return None
             if self.approve:

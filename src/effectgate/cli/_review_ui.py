@@ -38,7 +38,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from effectgate.answers import decision_allowed
+from effectgate.answers import decision_allowed, flag_text, flags_of
 from effectgate.cli._render import dumps, short_hash, terminal_safe
 from effectgate.errors import ToolCallError
 
@@ -237,6 +237,10 @@ def _preview(text: str) -> RenderableType:
     return Text(text)
 
 
+_SPELLED_OUT = ("possible_duplicate_of", "unreadable_same_intent", "compacted_operation")
+"""Review flags ``_warnings`` words at length itself; the rest come from ``flag_text``."""
+
+
 def _warnings(action: Mapping[str, Any]) -> list[Text]:
     out: list[Text] = []
     if action.get("effect_kind") == "unsafe":
@@ -284,6 +288,18 @@ def _warnings(action: Mapping[str, Any]) -> list[Text]:
                 style="bold yellow",
             )
         )
+    for flag in flags_of(action):
+        if flag not in _SPELLED_OUT:
+            # Every other review flag (a repeat of a rejected call, a call an
+            # edit replaced, any flag added later) in its one wording.
+            out.append(
+                Text(
+                    terminal_safe(f"{flag.upper().replace('_', ' ')}: this call is ")
+                    + terminal_safe(flag_text(action, flag))
+                    + "; a blanket --approve never approves it, you decide",
+                    style="bold yellow",
+                )
+            )
     conflict = action.get("conflict")
     if conflict:
         out.append(
