@@ -95,15 +95,17 @@ class StateDir:
 
         Args:
             path: the directory.
-            create: create it if missing.
+            create: create it if missing, and make an empty directory one.
+                ``False`` (commands that only read) writes nothing: an empty
+                directory is refused as a missing one is.
             store: a ``postgresql://`` URL for the ledger and checkpoints; a new
                 directory records it, an existing one must already use it.
                 ``None``: whatever the directory records (SQLite by default).
 
         Raises:
             ConfigError: the path is a file, or a non-empty directory that is not
-                an effectgate state directory, or it does not exist and
-                ``create`` is false, or ``store`` is not the one the directory
+                an effectgate state directory, or it does not exist (or is
+                empty) and ``create`` is false, or ``store`` is not the one the directory
                 uses (nothing is written in these cases); or the directory
                 cannot be created or written (under a file, no permission, disk
                 full), or one of its entries has the wrong type (``workspace`` a
@@ -131,8 +133,8 @@ class StateDir:
                 f"{root} is not an effectgate state directory (no {_MARKER}); "
                 "refusing to write into it. Choose an empty or new directory."
             )
-        if not root.exists() and not create:
-            raise ConfigError(f"state directory {root} does not exist")
+        if not create and not marker.is_file():
+            _refuse_unmarked(root)
         found: Any = _FORMAT
         if not marker.is_file():
             _mark_new(root, marker, store)
@@ -258,6 +260,20 @@ def open_agent(
             clock=clock,
         )
         yield agent
+
+
+def _refuse_unmarked(root: Path) -> None:
+    """Refuse a missing or empty state directory to a command that only reads.
+
+    Such a command must not make it a state directory (a later ``--store``
+    would then find it taken by SQLite).
+
+    Raises:
+        ConfigError: always, naming which of the two it is.
+    """
+    if not root.exists():
+        raise ConfigError(f"state directory {root} does not exist")
+    raise ConfigError(f"{root} is not an effectgate state directory yet (empty)")
 
 
 def _mark_new(root: Path, marker: Path, store: str | None) -> None:

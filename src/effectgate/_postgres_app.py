@@ -28,7 +28,8 @@ def require_postgres(store: str) -> None:
     leaves nothing behind that a later command would take for a SQLite directory.
 
     Raises:
-        ConfigError: ``store`` is not a PostgreSQL URL, or the ``postgres``
+        ConfigError: ``store`` is not a PostgreSQL URL, libpq cannot parse it
+            (a bad percent-escape, an unknown parameter), or the ``postgres``
             extra (psycopg, psycopg_pool, langgraph-checkpoint-postgres) is missing.
     """
     check_store_url(store)
@@ -41,6 +42,9 @@ def require_postgres(store: str) -> None:
             f"a PostgreSQL store needs the postgres extra (pip install 'effectgate[postgres]'): "
             f"{exc}"
         ) from exc
+    from effectgate.ledger._postgres import parse_dsn
+
+    parse_dsn(store)
 
 
 def open_postgres_stores(
@@ -85,8 +89,11 @@ def check_store_url(store: str) -> None:
         ConfigError: ``store`` is not a PostgreSQL URL.
     """
     if not store.startswith(("postgresql://", "postgres://")):
+        # Name the scheme only: a key=value string may hold a password.
+        scheme, sep, _ = store.partition("://")
+        named = f"store {scheme!r}" if sep and scheme.isalnum() else "store"
         raise ConfigError(
-            f"store {store.partition('://')[0]!r}: expected a postgresql:// URL "
+            f"{named}: expected a postgresql:// URL "
             "(or no --store for the SQLite files of the state directory)"
         )
 

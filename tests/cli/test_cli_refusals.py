@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from effectgate.ledger import SqliteLedger
 from tests.cli.conftest import eg, pin, world, write_script
 
@@ -186,3 +188,70 @@ def test_approve_all_leaves_a_possible_duplicate_for_a_person(tmp_path: Path) ->
     assert done.code == 0, done.stderr
     assert [op["state"] for op in done.json["operations"]] == ["SUCCEEDED", "SUCCEEDED"]
     assert world(state)["files"] == {"a.txt": b"alpha\n"}
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("postgresql://%zz@/", 'invalid percent-encoded token: "%zz"'),
+        (
+            "postgresql://u:pa%zzss@127.0.0.1/db",
+            'invalid percent-encoded token: "(part of the password)"',
+        ),
+        ("postgresql://127.0.0.1/db?bogus=1", 'invalid URI query parameter: "bogus"'),
+        (
+            "postgresql://u:pa%zzss@[::1:5432/db",  # urllib's ValueError quoted the whole URL
+            "(libpq's reason left out: the URL cannot be split to find its password)",
+        ),
+    ],
+)
+def test_a_store_url_libpq_cannot_parse_is_one_line_and_writes_nothing(
+    tmp_path: Path, url: str, said: str
+) -> None:
+    """A URL libpq refuses to parse: exit 2, libpq's reason, no traceback, no password, no marker.
+
+    It used to end in a ``ProgrammingError`` traceback (exit 1).
+    """
+    pytest.importorskip("psycopg")
+    state = tmp_path / "state"
+    state.mkdir()  # an empty directory, as `mktemp -d` leaves it
+    script = write_script(tmp_path / "one.json", [{"name": "write_file", "args": {"path": "a"}}])
+    run = ["run", "hi", "--model", f"scripted:{script}", "--approve", "all"]
+    for command in (["demo", "--approve", "all"], run):
+        ran = eg(*command, "--state-dir", str(state), "--store", url)
+        assert ran.code == 2, ran.stderr
+        assert f"not a usable PostgreSQL URL: {said}" in ran.stderr
+        assert "Traceback" not in ran.stderr and "pa%zzss" not in ran.stderr + ran.stdout
+        assert list(state.iterdir()) == []
+
+
+def test_a_read_only_command_on_an_empty_directory_writes_nothing(tmp_path: Path) -> None:
+    """threads / pending / ledger list on an empty directory: exit 2 and it stays empty.
+
+    They used to make it a SQLite state directory (marker and workspace),
+    which a later ``--store`` would then have had to accept as such.
+    """
+    state = tmp_path / "empty"
+    state.mkdir()
+    for command in (["threads"], ["pending"], ["ledger", "list"]):
+        ran = eg(*command, "--state-dir", str(state))
+        assert ran.code == 2, (command, ran.stdout, ran.stderr)
+        assert "is not an effectgate state directory yet (empty)" in ran.stderr
+        assert list(state.iterdir()) == [], command
+
+
+def test_a_libpq_key_value_store_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    """``--store 'host=... password=...'``: refused (a URL is expected), the password not said."""
+    ran = eg(
+        "demo", "--state-dir", str(tmp_path / "s"), "--store",
+        "host=127.0.0.1 user=u password=pa55word dbname=x",
+    )  # fmt: skip
+    assert ran.code == 2 and "expected a postgresql:// URL" in ran.stderr
+    assert "pa55word" not in ran.stderr + ran.stdout and "Traceback" not in ran.stderr
+
+
+@pytest.mark.parametrize("ttl", ["inf", "1e308", "1e12"])
+def test_a_worker_lease_ttl_beyond_a_day_is_refused_up_front(tmp_path: Path, ttl: str) -> None:
+    """A lease TTL the clock arithmetic cannot hold used to pass and crash at the first thread."""
+    ran = eg("worker", "--state-dir", str(tmp_path / "s"), "--until-idle", "--lease-ttl", ttl)
+    assert ran.code == 2 and "--lease-ttl" in ran.stderr and "Traceback" not in ran.stderr

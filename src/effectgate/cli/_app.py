@@ -642,7 +642,10 @@ def worker(
     lease_ttl: Annotated[
         float,
         typer.Option(
-            "--lease-ttl", min=0.5, help="Seconds a dead worker's threads stay held (renewed live)."
+            "--lease-ttl",
+            min=0.5,
+            max=86400.0,
+            help="Seconds a dead worker's threads stay held (renewed live).",
         ),
     ] = 30.0,
     agent: AgentOpt = None,

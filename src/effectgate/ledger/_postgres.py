@@ -54,6 +54,7 @@ commits may become visible out of ``seq`` order.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -108,6 +109,7 @@ __all__ = [
     "PostgresLedger",
     "PostgresLedgerStore",
     "is_postgres_url",
+    "parse_dsn",
     "redacted",
     "same_database",
     "without_password",
@@ -292,8 +294,44 @@ def redacted(dsn: str) -> str:
     return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
 
 
+def parse_dsn(dsn: str) -> dict[str, Any]:
+    """Parse a libpq connection string or URL as libpq does (``conninfo_to_dict``).
+
+    Returns:
+        The connection parameters by name (``host``, ``port``, ``dbname``...).
+
+    Raises:
+        ConfigError: libpq cannot parse it (a bad percent-escape, an unknown
+            parameter, a malformed URL); the message is libpq's and never
+            repeats the string, which may hold a password.
+    """
+    try:
+        return dict(conninfo_to_dict(dsn))
+    except ValueError as exc:  # urllib's, e.g. "Invalid IPv6 URL": its text may echo the URL
+        raise ConfigError(f"not a usable PostgreSQL URL: {type(exc).__name__}") from None
+    except psycopg.ProgrammingError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"not a usable PostgreSQL URL: {_unquoted_secret(first, dsn)}") from exc
+
+
+def _unquoted_secret(message: str, dsn: str) -> str:
+    """``message`` with any quoted token that is part of ``dsn``'s password left out."""
+    from urllib.parse import urlsplit
+
+    try:
+        userinfo = urlsplit(dsn).netloc.rpartition("@")[0]
+    except ValueError:
+        return "(libpq's reason left out: the URL cannot be split to find its password)"
+    secret = userinfo.partition(":")[2]
+    if not secret:
+        return message
+    return re.sub(
+        r'"([^"]*)"', lambda m: '"(part of the password)"' if m[1] in secret else m[0], message
+    )
+
+
 def _identity(dsn: str) -> dict[str, str]:
-    parts = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    parts = {k: str(v) for k, v in parse_dsn(dsn).items() if v is not None}
     parts.pop("password", None)
     parts.setdefault("port", "5432")
     return parts
