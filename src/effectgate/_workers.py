@@ -341,6 +341,34 @@ _RESTARTS_PER_MINUTE = 10
 """Replacements of killed workers allowed in any 60 s: past it the pool stops replacing them."""
 
 
+def stop_from_signal(stop: threading.Event, agent: Any, signum: int) -> threading.Thread:
+    """What a worker's SIGINT / SIGTERM handler does: set ``stop``, ask the run to stop.
+
+    Done from a new thread, never in the handler itself: the handler runs in
+    the main thread between two bytecodes, possibly while that thread holds
+    ``stop``'s own lock (inside ``stop.wait``), and ``Event.set`` takes that
+    lock, so setting it there can deadlock the worker for good (seen once
+    under a process-group SIGTERM). The thread waits for the lock instead.
+
+    Args:
+        stop: the worker loop's stop event.
+        agent: the worker's agent (``request_stop(reason)``).
+        signum: the signal received.
+
+    Returns:
+        The started thread (tests join it).
+    """
+    reason = f"worker stopping ({signal.Signals(signum).name})"
+
+    def deliver() -> None:
+        stop.set()
+        agent.request_stop(reason)
+
+    thread = threading.Thread(target=deliver, name="effectgate-worker-stop", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_worker_processes(argv: Sequence[str], processes: int) -> int:
     """Run ``processes`` copies of the worker command line, replacing any killed; return the exit.
 
@@ -488,8 +516,7 @@ def worker_main(
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: Any) -> None:
-            stop.set()
-            agent.request_stop(f"worker stopping ({signal.Signals(signum).name})")
+            stop_from_signal(stop, agent, signum)
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:

@@ -166,3 +166,32 @@ def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
         assert agent.resume("b", answers={review.id: answer}).status is RunStatus.DONE
     # b's ticket is a's (one business key); nothing else was duplicated by the worker
     assert services.stats("tickets")["tickets"] == 1
+
+
+_HELD_LOCK = """
+import signal, threading
+from effectgate._workers import stop_from_signal
+
+class Agent:
+    reasons = []
+    def request_stop(self, reason):
+        self.reasons.append(reason)
+
+stop, agent = threading.Event(), Agent()
+with stop._cond:  # where the main thread is when the signal lands inside stop.wait()
+    thread = stop_from_signal(stop, agent, signal.SIGTERM)
+thread.join(5)
+print(stop.is_set(), agent.reasons)
+"""
+
+
+def test_a_worker_signal_landing_inside_stop_wait_cannot_deadlock() -> None:
+    """The handler works in a thread: ``Event.set`` under the held lock used to hang for good."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HELD_LOCK], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True ['worker stopping (SIGTERM)']"
