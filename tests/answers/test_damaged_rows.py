@@ -7,34 +7,12 @@ says so and no policy approves it alone; the other threads go on.
 
 from __future__ import annotations
 
-import sqlite3
-
 from effectgate._app import StateDir
 from effectgate.answers import REVIEW_FLAGS, flag_text, flags_of
 from effectgate.cli._decisions import BlanketDecisions
 from effectgate.graph import Policy, RunStatus
+from tests._damage import damage_sqlite_arguments
 from tests.answers.test_binding import APPROVE, _agent, _files, _write
-
-
-def damage_arguments(ledger_file: object, operation_id: str) -> None:
-    """Rewrite one operation's arguments in a SQLite ledger file (its triggers off)."""
-    db = sqlite3.connect(str(ledger_file))
-    try:
-        with db:
-            triggers = db.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
-            ).fetchall()
-            for name, _ in triggers:
-                db.execute(f'DROP TRIGGER "{name}"')
-            db.execute(
-                'UPDATE operations SET args_json = \'{"path": "elsewhere"}\' '
-                "WHERE operation_id = ?",
-                (operation_id,),
-            )
-            for _, sql in triggers:
-                db.execute(sql)
-    finally:
-        db.close()
 
 
 def test_a_call_of_a_damaged_rows_intent_is_flagged_and_never_approved_by_policy(
@@ -46,7 +24,7 @@ def test_a_call_of_a_damaged_rows_intent_is_flagged_and_never_approved_by_policy
         (first,) = agent.start("write", thread_id="t").interrupts
         assert agent.resume("t", answers={first.id: APPROVE}).status is RunStatus.DONE
         (done,) = agent.ledger.list(thread_id="t")
-    damage_arguments(state_dir.ledger, done.operation_id)
+    damage_sqlite_arguments(state_dir.ledger, done.operation_id)
 
     with _agent(state_dir, [[same]], policy=policy) as agent:
         # the policy approves write_file without asking, but not this one
@@ -91,7 +69,7 @@ def test_listing_commands_show_the_rest_and_name_the_damaged_row(state_dir: Stat
     with _agent(state_dir, [[_write("b.txt", "beta\n")]]) as agent:
         (other,) = agent.start("write", thread_id="v").interrupts
         assert agent.resume("v", answers={other.id: APPROVE}).status is RunStatus.DONE
-    damage_arguments(state_dir.ledger, done.operation_id)
+    damage_sqlite_arguments(state_dir.ledger, done.operation_id)
     sd = ["--state-dir", str(state_dir.root)]
 
     threads = eg("threads", *sd, "--json")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import secrets
-import sqlite3
 from pathlib import Path
 
 import pytest
+from tests._damage import damage_sqlite_arguments
 
 from effectgate.ledger import LedgerStore, SqliteLedgerStore
 from effectgate.testing.ledger_conformance import LedgerConformance
@@ -23,23 +23,7 @@ class TestSqliteStore(LedgerConformance):
         return SqliteLedgerStore(self.tmp / f"{name}.sqlite3")
 
     def damage_arguments(self, name: str, operation_id: str) -> None:
-        db = sqlite3.connect(self.tmp / f"{name}.sqlite3")
-        try:
-            with db:
-                triggers = db.execute(
-                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
-                ).fetchall()
-                for trigger, _ in triggers:
-                    db.execute(f'DROP TRIGGER "{trigger}"')
-                db.execute(
-                    'UPDATE operations SET args_json = \'{"path": "elsewhere"}\' '
-                    "WHERE operation_id = ?",
-                    (operation_id,),
-                )
-                for _, sql in triggers:
-                    db.execute(sql)
-        finally:
-            db.close()
+        damage_sqlite_arguments(self.tmp / f"{name}.sqlite3", operation_id)
 
 
 class TestPostgresStore(LedgerConformance):

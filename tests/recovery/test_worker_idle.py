@@ -11,6 +11,7 @@ from effectgate._app import StateDir, open_agent
 from effectgate._workers import Readiness, WorkerOptions, readiness, work
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus
+from tests._damage import damage_sqlite_arguments
 
 
 def test_an_approving_worker_does_not_spin_on_a_thread_waiting_for_a_verdict(
@@ -88,26 +89,6 @@ def test_a_worker_does_not_spin_on_a_thread_that_stops_incomplete(
     ]  # fmt: skip
 
 
-def _damage_operation(ledger_file: object, operation_id: str) -> None:
-    """Change a stored operation's arguments behind the ledger's back (write-once triggers off)."""
-    import sqlite3
-
-    db = sqlite3.connect(str(ledger_file))
-    with db:
-        triggers = db.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
-        ).fetchall()
-        for name, _ in triggers:
-            db.execute(f'DROP TRIGGER "{name}"')
-        db.execute(
-            'UPDATE operations SET args_json = \'{"path": "elsewhere"}\' WHERE operation_id = ?',
-            (operation_id,),
-        )
-        for _, sql in triggers:
-            db.execute(sql)
-    db.close()
-
-
 def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
     services: DemoServices, state_dir: StateDir
 ) -> None:
@@ -132,7 +113,7 @@ def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
             )
         assert result.status is RunStatus.DONE
         (damaged,) = [op.operation_id for op in agent.ledger.list(thread_id="a", tool="write_file")]
-        _damage_operation(state_dir.ledger, damaged)
+        damage_sqlite_arguments(state_dir.ledger, damaged)
         submit(agent, task, thread_id="b")
         said: list[dict[str, object]] = []
         done: list[int] = []
