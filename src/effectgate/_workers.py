@@ -451,17 +451,34 @@ def report_text(data: Mapping[str, Any]) -> None:
     print(" ".join(f"{k}={terminal_safe(str(v))}" for k, v in data.items()), flush=True)
 
 
-def _refuses(sd: StateDir, spec: str | None) -> Callable[[ThreadRecord], str | None]:
-    """Skip the threads of another agent: each thread runs with the recipe it was started with."""
+def _refuses(
+    sd: StateDir, spec: str | None, model: str | None = None
+) -> Callable[[ThreadRecord], str | None]:
+    """Skip the threads of another agent: each thread runs with the recipe it was started with.
+
+    And with the model it was started with: a thread whose record names a
+    model spec (``effectgate run --model``) other than ``model`` (this
+    worker's ``--model``, compared as ``stored_model_spec`` stores it) is
+    left for a worker with that model. Another model would propose calls
+    the thread never planned and could end it ``done`` on a wrong answer.
+    A thread that records no model (started through the library) runs
+    with ``model``.
+    """
     from effectgate.cli._loader import thread_agent
+    from effectgate.cli._runs import stored_model_spec
+
+    mine = None if model is None else stored_model_spec(model)
 
     def why(record: ThreadRecord) -> str | None:
         theirs = thread_agent(sd, record.thread_id, record.metadata)
-        if theirs == spec:
-            return None
-        if theirs is None:
-            return "it runs with the built-in tools: a worker without --agent takes it"
-        return f"it runs with --agent {theirs}: a worker with --agent {theirs} takes it"
+        if theirs != spec:
+            if theirs is None:
+                return "it runs with the built-in tools: a worker without --agent takes it"
+            return f"it runs with --agent {theirs}: a worker with --agent {theirs} takes it"
+        recorded = record.metadata.get("model")
+        if mine is not None and isinstance(recorded, str) and recorded != mine:
+            return f"it runs with --model {recorded}: a worker with --model {recorded} takes it"
+        return None
 
     return why
 
@@ -521,7 +538,8 @@ def worker_main(
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             say = report_line if json_out else report_text
-            runs = work(agent, opts, say=say, stop=stop, refuses=_refuses(sd, agent_spec))
+            refuses = _refuses(sd, agent_spec, model if recipe is None else None)
+            runs = work(agent, opts, say=say, stop=stop, refuses=refuses)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)

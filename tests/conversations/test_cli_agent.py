@@ -140,3 +140,37 @@ def test_another_agents_finished_thread_is_not_reported(state_dir: StateDir) -> 
     plain = eg("worker", "--until-idle", "--json", *sd, cwd=ROOT)
     assert plain.code == 0, plain.stderr
     assert [json.loads(line) for line in plain.stdout.splitlines()][:-1] == []
+
+
+def test_a_worker_leaves_a_thread_started_with_another_model_to_a_worker_with_it(
+    state_dir: StateDir, tmp_path: Path
+) -> None:
+    """A thread `run --model X` waits for a worker with --model X; another model never runs it.
+
+    Before, a worker ran every built-in-tools thread with its own --model (the
+    default `scripted:incident`): it answered the review, then the other
+    model ended the thread `done` on an answer its own script never planned.
+    """
+    from tests.cli.conftest import write_script
+
+    script = write_script(
+        tmp_path / "two.json",
+        [
+            {"name": "write_file", "args": {"path": "a.txt", "content": "alpha\n"}},
+            {"name": "write_file", "args": {"path": "b.txt", "content": "beta\n"}},
+        ],
+    )
+    sd = ["--state-dir", str(state_dir.root)]
+    start = eg("run", "two files", "--model", f"scripted:{script}", "--thread", "m", *sd)
+    assert start.code == 4, (start.stdout, start.stderr)
+    other = eg("worker", "--approve", "all", "--until-idle", "--json", *sd)
+    assert other.code == 0, other.stderr
+    lines = [json.loads(line) for line in other.stdout.splitlines()]
+    assert {"thread_id": "m", "skipped": f"it runs with --model scripted:{script}: a worker "
+            f"with --model scripted:{script} takes it"} in lines  # fmt: skip
+    assert not (state_dir.workspace / "a.txt").exists()
+    own = eg("worker", "--model", f"scripted:{script}", "--approve", "all", "--until-idle",
+             "--json", *sd)  # fmt: skip
+    assert own.code == 0, own.stderr
+    assert (state_dir.workspace / "a.txt").read_text() == "alpha\n"
+    assert (state_dir.workspace / "b.txt").read_text() == "beta\n"

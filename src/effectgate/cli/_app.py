@@ -629,7 +629,13 @@ def worker(
         int, typer.Option("--processes", min=1, help="Worker processes to run here.")
     ] = 1,
     model: Annotated[
-        str, typer.Option("--model", help="The model spec for every thread this worker runs.")
+        str,
+        typer.Option(
+            "--model",
+            help="The model spec of the threads this worker runs: a thread started with "
+            "'run --model X' is left for a worker with --model X; a thread started through "
+            "the library runs with this one.",
+        ),
     ] = "scripted:incident",
     approve: ApproveOpt = None,
     until_idle: Annotated[
