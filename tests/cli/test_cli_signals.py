@@ -107,6 +107,10 @@ def test_signal_at_the_review_prompt_exits_5_and_runs_nothing(tmp_path: Path) ->
             "--thread", "p",
         )  # fmt: skip
         child.expect_exact("[approve/edit/reject/respond/quit]")
+        # Let the prompt reach its blocking read: on a cold venv a signal that
+        # lands during the prompt's first imports was seen lost in CI even with
+        # the re-sending (left open; see the Stopper's prompt docstring).
+        time.sleep(1.0)
         if name == "SIGINT":
             child.sendintr()
         else:
