@@ -51,9 +51,11 @@ __all__ = [
     "answer_summary",
     "as_payload",
     "bind_decisions",
+    "bind_shown_flags",
     "check_review_answer",
     "decision_allowed",
     "describe_pending",
+    "description_flags",
     "flag_text",
     "flags_of",
     "new_flags",
@@ -61,6 +63,7 @@ __all__ = [
     "recorded_decision",
     "recorded_verdict",
     "resolve",
+    "review_description",
     "settle_stale",
     "settle_verdict",
     "validate_verdict",
@@ -256,6 +259,53 @@ def flag_text(action: Mapping[str, Any], flag: str) -> str:
     raise KeyError(flag)
 
 
+DESCRIPTION_WARNING = "WARNING: this call is "
+"""How each flag's line in a review's ``description`` begins (then ``flag_text``)."""
+
+
+def review_description(prefix: str, action: Mapping[str, Any]) -> str:
+    r"""The standard HITL ``description`` of one call: all a reviewer must see, as text.
+
+    A client that renders only LangChain's HITL request (Agent Chat UI, Agent
+    Inbox, Studio) shows the tool name, the arguments, the allowed decisions
+    and this text, and none of effectgate's own fields. So the text carries
+    them, warnings first: one line per flag of ``REVIEW_FLAGS`` the call
+    carries (``WARNING: this call is <flag_text>.``), one for an operation id
+    bound to other arguments, then ``prefix``, the preview, the effect kind
+    and the operation id. A decision given to a request without
+    ``flags_shown`` counts as given with the flags this text carried
+    (``bind_decisions``).
+
+    Args:
+        prefix: the policy's opening line (``Policy.description_prefix``).
+        action: the action request, its flags, ``preview``, ``effect_kind``,
+            ``name`` and ``operation_id`` already set.
+
+    Returns:
+        The description, lines separated by ``\n``.
+    """
+    lines = [f"{DESCRIPTION_WARNING}{flag_text(action, flag)}." for flag in flags_of(action)]
+    conflict = action.get("conflict")
+    if isinstance(conflict, Mapping):
+        lines.append(
+            f"WARNING: operation {action.get('operation_id')} is bound to other arguments "
+            f"(state {conflict.get('stored_state')}): it cannot be approved as it stands; "
+            "edit it back to its recorded arguments, or reject it."
+        )
+    if lines:
+        lines.append("")
+    lines.append(prefix)
+    preview = action.get("preview")
+    if isinstance(preview, str) and preview.strip():
+        lines += ["", "Preview:", preview.rstrip("\n")]
+    lines += [
+        "",
+        f"Tool: {action.get('name')} (effect kind: {action.get('effect_kind')})",
+        f"Operation: {action.get('operation_id')}",
+    ]
+    return "\n".join(lines)
+
+
 def flags_of(action: Mapping[str, Any]) -> list[str]:
     """The ``REVIEW_FLAGS`` set on one action request, in ``REVIEW_FLAGS`` order."""
     return [flag for flag in REVIEW_FLAGS if action.get(flag)]
@@ -267,8 +317,10 @@ def new_flags(action: Mapping[str, Any], decision: Mapping[str, Any]) -> list[st
     A decision bound by ``bind_decisions`` says which flags it was given
     with (``flags_shown``). A call that became a possible duplicate (or a
     repeat, or compacted) after the review was shown was approved without
-    that warning: the review must be asked again. A decision that names no
-    ``flags_shown`` (a raw LangGraph client) is not judged by this rule.
+    that warning: the review must be asked again. A raw LangGraph client's
+    decision is first bound to the flags its request's description showed
+    (``bind_shown_flags``); one bound to nothing names no ``flags_shown``
+    and is not judged by this rule.
     """
     shown = decision.get("flags_shown")
     if not isinstance(shown, list):
@@ -308,6 +360,57 @@ def bind_decisions(request: Mapping[str, Any], answer: Mapping[str, Any]) -> dic
         bound.append({**ids, **decision})
     bound += decisions[len(actions) :]
     return {**answer, "decisions": bound}
+
+
+def description_flags(action: Mapping[str, Any]) -> list[str]:
+    """The ``REVIEW_FLAGS`` whose warning the action's ``description`` carries, as shown.
+
+    ``review_description`` writes one ``WARNING: this call is <flag_text>.``
+    line per flag; this reads them back against the action's own flags, so
+    a description that did not carry a flag (an older request, a client's
+    own text) does not count as having shown it.
+    """
+    text = action.get("description")
+    if not isinstance(text, str):
+        return []
+    return [
+        flag
+        for flag in flags_of(action)
+        if f"{DESCRIPTION_WARNING}{flag_text(action, flag)}." in text
+    ]
+
+
+def bind_shown_flags(request: Mapping[str, Any], answer: Any) -> Any:
+    """Bind a raw client's decisions to the warnings the request's descriptions showed.
+
+    A raw LangGraph client (Agent Chat UI, ``langgraph_sdk``) answers
+    ``{"decisions": [{"type": "approve"}]}`` and names no ``flags_shown``;
+    what it showed the reviewer is the standard request, whose
+    ``description`` carries the warnings (``review_description``). Each such
+    decision gains ``flags_shown``: the flags its call's description carried
+    (``description_flags``), so an approval of a call that gained a warning
+    after it was shown is asked again (``new_flags``), as for the CLI. Only
+    approvals are bound (the only decision a warning can invalidate); a
+    decision that names ``flags_shown`` keeps it.
+
+    Args:
+        request: the review request as it was shown (the interrupt's value).
+        answer: the resume value given for it.
+
+    Returns:
+        ``answer`` with bound decisions, or ``answer`` itself when it is not
+        ``{"decisions": [...]}``.
+    """
+    if not isinstance(answer, Mapping) or not isinstance(answer.get("decisions"), list):
+        return answer
+    actions = list(request.get("action_requests", ()))
+    bound = [
+        {**d, "flags_shown": description_flags(a)}
+        if isinstance(d, Mapping) and d.get("type") == "approve" and "flags_shown" not in d
+        else d
+        for d, a in zip(answer["decisions"], actions, strict=False)
+    ]
+    return {**answer, "decisions": bound + answer["decisions"][len(actions) :]}
 
 
 def _order_problem(
@@ -505,7 +608,7 @@ class Resolution:
 def _review_value(item: PendingLike, answer: Mapping[str, Any]) -> dict[str, Any]:
     check_review_answer(item.value, answer, what=f"review {item.id}")
     shown = _shown(item.value)
-    clean = {k: v for k, v in answer.items() if k != "interrupt_id"}
+    clean = {k: v for k, v in bind_shown_flags(item.value, answer).items() if k != "interrupt_id"}
     return {
         **clean,
         "shown": [h for _, h in shown],

@@ -23,7 +23,7 @@ from langgraph.types import interrupt
 from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
-from effectgate.answers import check_review_answer
+from effectgate.answers import check_review_answer, review_description
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
 from effectgate.errors import ConfigError, DecisionError, Rejected, ToolCallError, ToolError
 from effectgate.graph._messages import (
@@ -319,7 +319,7 @@ def _re_review_request(
     action = ActionRequest(
         name=spec.name,
         args=dict(call.args),
-        description=f"{policy.description_prefix} again: {outcome.message}",
+        description="",  # review_description, below
         tool_call_id=call.tool_call_id,
         operation_id=op.operation_id,
         intent_hash=call.intent_hash,
@@ -328,6 +328,9 @@ def _re_review_request(
         approval_ttl_s=policy.approval_ttl_s,
         possible_duplicate_of=None,
         conflict=None,
+    )
+    action["description"] = review_description(
+        f"{policy.description_prefix} again: {outcome.message}", action
     )
     request = ReviewRequest(
         type="review",

@@ -22,7 +22,13 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
+from langgraph._internal._constants import (
+    CONFIG_KEY_CHECKPOINT_MAP,
+    CONFIG_KEY_CHECKPOINTER,
+    CONFIG_KEY_SCRATCHPAD,
+    CONFIG_KEY_TASK_ID,
+    INTERRUPT,
+)
 from langgraph.graph import END
 from langgraph.types import Command, Send, interrupt
 
@@ -31,11 +37,13 @@ from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate._intent import default_operation_id
 from effectgate.answers import (
+    bind_shown_flags,
     decision_allowed,
     flag_text,
     flags_of,
     new_flags,
     recorded_decision,
+    review_description,
     started,
 )
 from effectgate.errors import ConfigError, DecisionError, ToolCallError
@@ -396,7 +404,7 @@ def _prepare_one(
     request = ActionRequest(
         name=spec.name,
         args=spec.args_dict(args),
-        description=f"{policy.description_prefix}\n\nTool: {spec.name} ({spec.kind.value})",
+        description="",  # review_description, once every flag is set
         tool_call_id=call.id,
         operation_id=op_id,
         intent_hash=ihash,
@@ -419,6 +427,7 @@ def _prepare_one(
             {"operation_id": d.operation_id, "thread_id": d.thread_id, "reason": d.reason[:300]}
             for d in unreadable
         ]
+    request["description"] = review_description(policy.description_prefix, request)
     allowed: list[Any] = ["edit", "reject"] if conflict else ["approve", "edit", "reject"]
     # A call whose operation already ended with these very arguments cannot
     # act again (dispatch returns the stored outcome), so nobody is asked.
@@ -686,6 +695,40 @@ def _answer_waiting(config: RunnableConfig) -> bool:
     return bool(pad.resume) or pad.get_null_resume(False) is not None
 
 
+def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:
+    """The review request this run of the node was shown under, read from its checkpoint.
+
+    LangGraph keeps an interrupt's value as a pending write of its task on the
+    checkpoint the run resumes from; a raw client's answer is bound to what
+    that value's descriptions showed (``answers.bind_shown_flags``). ``None``
+    when there is no checkpointer or no such write (a first run).
+    """
+    conf = config.get("configurable", {})
+    saver = conf.get(CONFIG_KEY_CHECKPOINTER)
+    task_id = conf.get(CONFIG_KEY_TASK_ID)
+    checkpoint_id = (conf.get(CONFIG_KEY_CHECKPOINT_MAP) or {}).get("")
+    if saver is None or task_id is None or checkpoint_id is None:
+        return None
+    found = saver.get_tuple(
+        {
+            "configurable": {
+                "thread_id": conf.get("thread_id"),
+                "checkpoint_ns": "",
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+    )
+    shown = None
+    for write_task, channel, value in (found.pending_writes or []) if found else []:
+        if write_task != task_id or channel != INTERRUPT:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            payload = getattr(item, "value", None)
+            if isinstance(payload, Mapping) and payload.get("type") == "review":
+                shown = payload
+    return shown
+
+
 def _as_shown(askable: Sequence[Prepared], answer: Any, asked: list[Prepared]) -> list[Prepared]:
     """The calls as they were shown, when the answer says which (``shown_operations``)."""
     shown = answer.get("shown_operations") if isinstance(answer, Mapping) else None
@@ -751,6 +794,9 @@ def make_review_node(
                 review_configs=[p.config for p in asked],
             )
             answer = interrupt(request)
+            shown = _shown_review(config)
+            if shown is not None:  # a raw client's answer: bound to the flags it was shown
+                answer = bind_shown_flags(shown, answer)
             asked = _as_shown(askable, answer, asked)
             while True:  # each refusal asks again; answers are replayed in order
                 try:
@@ -760,6 +806,7 @@ def make_review_node(
                     break
                 except DecisionError as exc:
                     answer = interrupt(ReviewRequest(**request, error=str(exc)))
+                    answer = bind_shown_flags(shown or request, answer)
         by_id = {d.prepared.call.id: d for d in decided}
         for p in prepared:
             if p.auto and p.call.id not in by_id:  # a person's answer always wins
