@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --progress-bar on
 
-.PHONY: demo test lint typecheck bench campaign answer-machine notebooks lowest-deps clean
+.PHONY: demo test lint typecheck bench campaign answer-machine browser notebooks lowest-deps clean
 
 $(BIN)/python:
 	@echo "== creating $(VENV) with $(PY) -m venv"
@@ -40,6 +40,15 @@ typecheck: $(VENV)/.installed-test
 
 test: $(VENV)/.installed-test lint typecheck
 	$(BIN)/python -m pytest -n 2 -q tests
+
+# The review page (web/review, built with npm) in headless Chromium against
+# `langgraph dev`: approve, edit, reject, a double click, a reload and a killed
+# server, one effect each. Needs Debian's chromium (apt-get install chromium) and
+# npm; screenshots go to .browser-shots/.
+browser: $(VENV)/.installed-test
+	cd web/review && npm ci --no-audit --no-fund
+	EFFECTGATE_REQUIRE_BROWSER=1 EFFECTGATE_BROWSER_SHOTS=$(CURDIR)/.browser-shots \
+		$(BIN)/python -m pytest -q -p no:cacheprovider -n 0 -s tests/browser
 
 # Pair each notebooks/NN_*.py (jupytext percent format, the source) with its
 # .ipynb, then execute every notebook in place so the committed copies carry
@@ -76,4 +85,4 @@ lowest-deps:
 	bash .ci/lowest-deps
 
 clean:
-	rm -rf $(VENV) .effectgate .effectgate-demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .browser-shots .effectgate .effectgate-demo .pytest_cache .mypy_cache .ruff_cache
