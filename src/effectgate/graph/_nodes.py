@@ -180,6 +180,8 @@ def _review_reads(
                 conflict=None,
             )
         )
+    for action in actions:  # the standard field a web client shows: preview, kind, id
+        action["description"] = review_description(action["description"], action)
     request = ReviewRequest(
         type="review",
         thread_id=thread_id,
