@@ -123,7 +123,9 @@ def _mail_review(page: Any) -> tuple[Any, Any]:
     mail, file = page.get_by_test_id("action-0"), page.get_by_test_id("action-1")
     assert mail.get_by_test_id("tool-name").inner_text() == "send_email"
     assert file.get_by_test_id("tool-name").inner_text() == "write_file"
+    mail.get_by_test_id("description").wait_for()
     warning = mail.get_by_test_id("warning")
+    assert warning.count() == 1, "no warning on the page: " + mail.inner_text()
     assert "possible duplicate of" in warning.inner_text()
     assert warning.is_visible()
     description = mail.get_by_test_id("description").inner_text()
