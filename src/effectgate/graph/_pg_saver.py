@@ -40,17 +40,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from effectgate.graph._saver import _AsyncInThreads
+from effectgate.graph._saver import _UNREADABLE, _AsyncInThreads, _checked, _damaged
 
 __all__ = ["StepDurablePostgresSaver", "open_postgres_saver"]
 
@@ -63,6 +64,7 @@ FROM (SELECT checkpoint_id FROM checkpoints WHERE thread_id = %(thread_id)s
 LEFT JOIN checkpoint_writes AS w ON w.thread_id = %(thread_id)s
     AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = c.checkpoint_id
 ORDER BY w.task_id, w.idx"""
+_WHERE = "the PostgreSQL tables checkpoints, checkpoint_blobs, checkpoint_writes"
 _SETUP_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('effectgate.checkpoints.setup')) AS taken"
 _SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.checkpoints.setup'))"
 
@@ -101,6 +103,55 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
             super().put_writes(config, writes, task_id, task_path)
         finally:
             self._local.writes = False
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``PostgresSaver.get_tuple``; a row whose bytes cannot be read back is reported as damage.
+
+        Raises:
+            CheckpointCorruptError: LangGraph's deserializer failed on a stored
+                row (its bytes or type tag damaged), naming the thread and the
+                tables, instead of that deserializer's ``ValueError`` (e.g.
+                ``invalid type Reserved``), ``TypeError`` or ``KeyError``.
+        """
+        try:
+            return _checked(super().get_tuple(config), config, _WHERE)
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc, _WHERE) from exc
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """``PostgresSaver.list``; a row whose bytes cannot be read back is reported as damage.
+
+        Raises:
+            CheckpointCorruptError: as ``get_tuple``.
+        """
+        found = super().list(config, filter=filter, before=before, limit=limit)
+        try:
+            for item in found:
+                _checked(item, config, _WHERE)
+                yield item
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc, _WHERE) from exc
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """``PostgresSaver.get_delta_channel_history``; damaged bytes are reported as damage.
+
+        Raises:
+            CheckpointCorruptError: as ``get_tuple`` (a write's blob, e.g. of
+                ``messages``, in ``checkpoint_writes`` cannot be read back).
+        """
+        try:
+            return super().get_delta_channel_history(config=config, channels=channels)
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc, _WHERE) from exc
 
     def head(self, thread_id: str, checkpoint_ns: str = "") -> tuple[str, tuple[Any, ...]] | None:
         """The latest checkpoint id of a thread and the writes attached to it, as stored.

@@ -621,6 +621,10 @@ class _Reader:
             codec.thread_from_row(r) for r in self._dicts(SQL_LIST_THREADS, _THREAD_COLUMNS, ())
         ]
 
+    def thread_ids(self) -> list[str]:
+        rows = self._rows("SELECT thread_id FROM ledger_threads ORDER BY created_at_ms, thread_id")
+        return [str(r[0]) for r in rows]
+
     def get_lease(self, thread_id: str) -> Lease | None:
         rows = self._dicts(SQL_GET_LEASE + self._lock_rows, _LEASE_COLUMNS, (thread_id,))
         return codec.lease_from_row(rows[0]) if rows else None
@@ -894,6 +898,9 @@ class PostgresLedgerStore:
         SchemaVersionError: the schema is newer than this build, or older with
             ``migrate=False``.
     """
+
+    THREADS_TABLE = "ledger_threads"
+    """The table of thread records (named when one of them is damaged)."""
 
     def __init__(
         self,
