@@ -894,7 +894,7 @@ class PostgresLedgerStore:
 
     Raises:
         ConfigError: the server cannot be reached or refuses the login or database.
-        LedgerCorruptError: the schema holds ledger tables but no version table.
+        ConfigError: the schema holds ledger tables but no version table (not ours).
         SchemaVersionError: the schema is newer than this build, or older with
             ``migrate=False``.
     """
@@ -985,9 +985,9 @@ class PostgresLedgerStore:
             return int(version or 0)
         ((tables,),) = conn.execute(SQL_COUNT_LEDGER_TABLES, ("ledger\\_%",)).fetchall()
         if tables:
-            raise LedgerCorruptError(
+            raise ConfigError(
                 f"{self._where}: ledger_* tables without a {VERSION_TABLE} table; "
-                "this schema was not made by effectgate"
+                "this schema was not made by effectgate: use another schema (search_path)"
             )
         return 0
 
