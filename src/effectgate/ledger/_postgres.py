@@ -255,8 +255,7 @@ SQL_RECORD_VERSION = f"INSERT INTO {VERSION_TABLE} (version, applied_at_ms) VALU
 SQL_MIGRATION_LOCK = (
     "SELECT pg_advisory_xact_lock(hashtext('effectgate.ledger:' || COALESCE(current_schema(), '')))"
 )
-SQL_SCHEMA_LOCK = "SELECT pg_advisory_lock(hashtext('effectgate.ledger.schema'))"
-SQL_SCHEMA_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.ledger.schema'))"
+SQL_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('effectgate.ledger.schema'))"
 SQL_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 SQL_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 SQL_NOT_DURABLE = "SET LOCAL synchronous_commit = off"
@@ -929,11 +928,15 @@ class PostgresLedgerStore:
             # before the schema is known to be ours.
             with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
                 if schema is not None:
-                    conn.execute(SQL_SCHEMA_LOCK)
-                    conn.execute(
-                        pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema))
-                    )
-                    conn.execute(SQL_SCHEMA_UNLOCK)
+                    # a transaction-scoped lock: nothing held across
+                    # transactions, so it holds behind a transaction pooler
+                    with conn.transaction():
+                        conn.execute(SQL_SCHEMA_LOCK)
+                        conn.execute(
+                            pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                                pgsql.Identifier(schema)
+                            )
+                        )
                 self._configure(conn)
                 self._prepare(conn, migrate=migrate)
             self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
