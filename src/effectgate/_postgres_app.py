@@ -70,9 +70,16 @@ def open_postgres_stores(
     require_postgres(store)
     import psycopg
 
-    from effectgate.graph._pg_saver import open_postgres_saver
+    from effectgate.graph._pg_saver import check_checkpoint_tables, open_postgres_saver
     from effectgate.ledger._postgres import PostgresLedger, redacted
 
+    try:
+        # Before the ledger creates a table: a schema holding someone else's
+        # "checkpoints" table is refused with nothing left behind.
+        with psycopg.connect(store, autocommit=True, connect_timeout=10) as conn:
+            check_checkpoint_tables(conn)
+    except psycopg.Error:
+        pass  # the ledger's open below says what is wrong with the server, in one line
     ledger = stack.enter_context(PostgresLedger(store, clock=clock))
     try:
         saver = stack.enter_context(open_postgres_saver(store))

@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from effectgate._process import owner_is_gone
-from effectgate.errors import ConfigError, LedgerCorruptError, ThreadBusyError
+from effectgate.errors import (
+    CheckpointCorruptError,
+    ConfigError,
+    LedgerCorruptError,
+    ThreadBusyError,
+)
+from effectgate.ledger import DamagedThread
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
@@ -139,7 +145,7 @@ def _finished(agent: Agent, thread_id: str) -> bool:
     """Whether the thread is done, as this agent reads it (``False`` if it cannot say)."""
     try:
         return readiness(agent, thread_id) is Readiness.DONE
-    except (ConfigError, LedgerCorruptError):
+    except (ConfigError, LedgerCorruptError, CheckpointCorruptError):
         return False
 
 
@@ -222,7 +228,7 @@ def _take(
         if say is not None:
             say({"thread_id": thread_id, "was": state.value, "skipped": str(exc)})
         return "still"
-    except LedgerCorruptError as exc:
+    except (LedgerCorruptError, CheckpointCorruptError) as exc:
         _say_once(say, noted, _unreadable(thread_id, exc))
         return "still"
     finally:
@@ -243,11 +249,27 @@ def _take(
     return "moved"
 
 
-def _unreadable(thread_id: str, exc: LedgerCorruptError) -> dict[str, Any]:
-    """The line a worker says of a thread whose ledger rows fail validation."""
+def _threads(
+    agent: Agent, say: Callable[[Mapping[str, Any]], None] | None, noted: set[str]
+) -> list[ThreadRecord]:
+    """The ledger's thread records; one that fails to decode is said once and left out.
+
+    Read again on each scan, so a repaired record is taken up.
+    """
+    damaged: list[DamagedThread] = []
+    records = agent.ledger.list_threads(damaged=damaged)
+    for bad in damaged:
+        _say_once(say, noted, _unreadable(bad.thread_id, bad))
+    return records
+
+
+def _unreadable(thread_id: str, exc: Exception | DamagedThread) -> dict[str, Any]:
+    """The line a worker says of a thread whose ledger rows or checkpoint fail to decode."""
+    why = f"table {exc.table}: {exc.reason}" if isinstance(exc, DamagedThread) else str(exc)
     return {
         "thread_id": thread_id,
-        "skipped": f"its ledger cannot be read ({exc}); left for a person, the other threads go on",
+        "skipped": f"its stored state cannot be read ({why}); left for a person, "
+        "the other threads go on",
     }
 
 
@@ -296,7 +318,7 @@ def work(
     """Why the review policy left a review for a person, per thread: said once."""
     while not stop.is_set():
         moved = held = 0
-        for record in agent.ledger.list_threads():
+        for record in _threads(agent, say, noted):
             if stop.is_set():
                 break
             if record.thread_id in skipped:
@@ -311,7 +333,7 @@ def work(
                 continue
             try:
                 state = readiness(agent, record.thread_id)
-            except LedgerCorruptError as exc:
+            except (LedgerCorruptError, CheckpointCorruptError) as exc:
                 # One damaged row must not stop every worker (each would
                 # meet it on its scan): the thread waits for a person, the
                 # others go on. Read again on each scan, so a repaired

@@ -13,11 +13,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_concurrent_setup_of_a_new_store_neither_deadlocks_nor_fails(postgres_url: str) -> None:
-    """Four openers race on empty tables; ``PostgresSaver.setup`` runs CREATE INDEX CONCURRENTLY.
+    """Four openers race on empty tables; every opener must get a working saver.
 
-    That statement waits for every open transaction, including one blocked
-    in ``pg_advisory_lock`` behind it: a deadlock the server breaks by
-    failing one opener. Every opener must get a working saver.
+    Upstream's ``CREATE INDEX CONCURRENTLY`` waited for every open transaction,
+    including an opener blocked on a lock behind it (a deadlock the server
+    broke by failing one opener); the setup now builds its indexes inside its
+    one transaction (``setup_checkpoint_tables``).
     """
     go = threading.Barrier(4)
     errors: list[BaseException] = []

@@ -62,7 +62,7 @@ def test_a_worker_does_not_spin_on_a_thread_that_stops_incomplete(
 
     calls: list[str] = []
     record = SimpleNamespace(thread_id="t1", metadata={})
-    agent = SimpleNamespace(ledger=SimpleNamespace(list_threads=lambda: [record]))
+    agent = SimpleNamespace(ledger=SimpleNamespace(list_threads=lambda damaged=None: [record]))
     stuck = RunResult(thread_id="t1", status=RunStatus.INCOMPLETE, error="OperationBusyError: x")
 
     def run_one(*args: object) -> tuple[RunResult, bool]:
@@ -132,7 +132,7 @@ def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
         assert not runner.is_alive()
         assert errors == [], errors
         about_a = [line for line in said if line.get("thread_id") == "a"]
-        assert len(about_a) == 1 and "its ledger cannot be read" in str(about_a[0]["skipped"])
+        assert len(about_a) == 1 and "its stored state cannot be read" in str(about_a[0]["skipped"])
         assert damaged in str(about_a[0]["skipped"])
         # b went on to its review; its file write has the damaged row's intent,
         # so whether it already ran cannot be checked: left for a person.

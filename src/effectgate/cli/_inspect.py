@@ -37,13 +37,18 @@ from effectgate.cli._render import (
     threads_table,
 )
 from effectgate.cli._runs import inspection_agent
-from effectgate.errors import ConfigError, DecisionError, LedgerCorruptError
+from effectgate.errors import (
+    CheckpointCorruptError,
+    ConfigError,
+    DecisionError,
+    LedgerCorruptError,
+)
 from effectgate.retention import deleted_threads
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
     from effectgate.graph import RunResult
-    from effectgate.ledger import DamagedOperation, Ledger, Operation, ThreadRecord
+    from effectgate.ledger import DamagedOperation, DamagedThread, Ledger, Operation, ThreadRecord
     from effectgate.tools import ToolSpec
 
 __all__ = [
@@ -87,11 +92,19 @@ def failpoint_names() -> list[str]:
     return [point.value for point in Failpoint]
 
 
-def _thread_records(ledger: Ledger | None) -> list[ThreadRecord]:
-    """The ledger's threads, without the records of their follow-up turns."""
-    from effectgate.graph._agent import is_turn_record
+def _thread_records(ledger: Ledger | None, unreadable: dict[str, str]) -> list[ThreadRecord]:
+    """The ledger's threads, without the records of their follow-up turns.
 
-    records = ledger.list_threads() if ledger is not None else []
+    A record that fails to decode is left out and put in ``unreadable``
+    (thread id -> table and what is wrong), as ``_statuses`` does.
+    """
+    from effectgate.graph._agent import is_turn_record, record_thread
+
+    damaged: list[DamagedThread] = []
+    records = ledger.list_threads(damaged=damaged) if ledger is not None else []
+    for d in damaged:
+        # a follow-up turn's record is its thread's: the thread is named
+        unreadable.setdefault(record_thread(d.thread_id), f"table {d.table}: {d.reason}")
     return [r for r in records if not is_turn_record(r.thread_id)]
 
 
@@ -109,7 +122,7 @@ def _statuses(
     def status_of(agent: Any, thread_id: str) -> RunResult | None:
         try:
             return agent.status(thread_id)  # type: ignore[no-any-return]
-        except LedgerCorruptError as exc:
+        except (LedgerCorruptError, CheckpointCorruptError) as exc:
             unreadable[thread_id] = str(exc)
             return None
 
@@ -168,11 +181,11 @@ def _damaged_json(damaged: list[DamagedOperation]) -> list[dict[str, str]]:
 def threads(state_dir: Path, output: Output) -> int:
     """List every thread with its status, and why an incomplete one is."""
     sd = _existing(state_dir)
+    unreadable: dict[str, str] = {}
     with ledger_if_any(sd) as ledger:
-        records = _thread_records(ledger)
+        records = _thread_records(ledger, unreadable)
         gone = deleted_threads(ledger) if ledger is not None else {}
     live = [r for r in records if r.thread_id not in gone]
-    unreadable: dict[str, str] = {}
     statuses = {r.thread_id: st for r, st in (_statuses(sd, live, unreadable) if live else [])}
     if output.json_mode:
         listed = []
@@ -188,6 +201,11 @@ def threads(state_dir: Path, output: Output) -> int:
                 if status.status.value == "incomplete":
                     entry["why"] = status.error
             listed.append(entry)
+        listed += [
+            {"thread_id": t, "status": "unreadable", "why": why}
+            for t, why in unreadable.items()
+            if t not in {r.thread_id for r in records}
+        ]
         output.emit_json({"threads": listed})
     else:
         output.out.print(
@@ -221,8 +239,9 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
     """Show everything awaiting review or reconciliation."""
     sd = _existing(state_dir)
     damaged: list[DamagedOperation] = []
+    unreadable: dict[str, str] = {}
     with ledger_if_any(sd) as ledger:
-        records = _thread_records(ledger)
+        records = _thread_records(ledger, unreadable)
         ops = (
             ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES), damaged=damaged)
             if ledger is not None
@@ -230,10 +249,10 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
         )
     if thread_id is not None:
         records = [r for r in records if r.thread_id == thread_id]
-        if not records:
+        unreadable = {t: why for t, why in unreadable.items() if t == thread_id}
+        if not records and not unreadable:
             raise ConfigError(f"unknown thread {thread_id!r} in {sd.root}")
     waiting: list[dict[str, Any]] = []
-    unreadable: dict[str, str] = {}
     for record, status in _statuses(sd, records, unreadable) if records else []:
         if status.interrupts:
             waiting.append(

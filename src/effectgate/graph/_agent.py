@@ -1506,6 +1506,11 @@ def is_turn_record(thread_id: str) -> bool:
     return bool(sep and head and tail.isdigit())
 
 
+def record_thread(thread_id: str) -> str:
+    """The thread a ledger thread record belongs to: ``T`` for ``T#turn-n``, else the id itself."""
+    return thread_id.rpartition(_TURN)[0] if is_turn_record(thread_id) else thread_id
+
+
 def _turn_key(thread_id: str, turn: int) -> str:
     return f"{thread_id}{_TURN}{turn}"
 

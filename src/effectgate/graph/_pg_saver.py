@@ -38,21 +38,31 @@ head moved by any other worker is seen.
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg import sql as pgsql
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
-from effectgate.graph._saver import _AsyncInThreads
+from effectgate.errors import ConfigError
+from effectgate.graph._saver import _UNREADABLE, _AsyncInThreads, _checked, _damaged
 
-__all__ = ["StepDurablePostgresSaver", "open_postgres_saver"]
+__all__ = [
+    "StepDurablePostgresSaver",
+    "check_checkpoint_tables",
+    "open_postgres_saver",
+    "setup_checkpoint_tables",
+]
+
+_log = logging.getLogger(__name__)
 
 # The latest checkpoint of a thread (the order PostgresSaver.get_tuple takes
 # it in) and the writes attached to it, in one statement: one snapshot, so
@@ -63,8 +73,7 @@ FROM (SELECT checkpoint_id FROM checkpoints WHERE thread_id = %(thread_id)s
 LEFT JOIN checkpoint_writes AS w ON w.thread_id = %(thread_id)s
     AND w.checkpoint_ns = %(checkpoint_ns)s AND w.checkpoint_id = c.checkpoint_id
 ORDER BY w.task_id, w.idx"""
-_SETUP_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('effectgate.checkpoints.setup')) AS taken"
-_SETUP_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.checkpoints.setup'))"
+_WHERE = "the PostgreSQL tables checkpoints, checkpoint_blobs, checkpoint_writes"
 
 
 class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
@@ -102,6 +111,55 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
         finally:
             self._local.writes = False
 
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``PostgresSaver.get_tuple``; a row whose bytes cannot be read back is reported as damage.
+
+        Raises:
+            CheckpointCorruptError: LangGraph's deserializer failed on a stored
+                row (its bytes or type tag damaged), naming the thread and the
+                tables, instead of that deserializer's ``ValueError`` (e.g.
+                ``invalid type Reserved``), ``TypeError`` or ``KeyError``.
+        """
+        try:
+            return _checked(super().get_tuple(config), config, _WHERE)
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc, _WHERE) from exc
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """``PostgresSaver.list``; a row whose bytes cannot be read back is reported as damage.
+
+        Raises:
+            CheckpointCorruptError: as ``get_tuple``.
+        """
+        found = super().list(config, filter=filter, before=before, limit=limit)
+        try:
+            for item in found:
+                _checked(item, config, _WHERE)
+                yield item
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc, _WHERE) from exc
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """``PostgresSaver.get_delta_channel_history``; damaged bytes are reported as damage.
+
+        Raises:
+            CheckpointCorruptError: as ``get_tuple`` (a write's blob, e.g. of
+                ``messages``, in ``checkpoint_writes`` cannot be read back).
+        """
+        try:
+            return super().get_delta_channel_history(config=config, channels=channels)
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc, _WHERE) from exc
+
     def head(self, thread_id: str, checkpoint_ns: str = "") -> tuple[str, tuple[Any, ...]] | None:
         """The latest checkpoint id of a thread and the writes attached to it, as stored.
 
@@ -138,32 +196,109 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
             yield cur
 
 
-_SETUP_POLL_S = 0.05
-_SETUP_TIMEOUT_S = 120.0
+_SETUP_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtext('effectgate.checkpoints:' "
+    "|| COALESCE(current_schema(), '')))"
+)
+_TABLES = ("checkpoint_migrations", "checkpoints", "checkpoint_blobs", "checkpoint_writes")
+_COLUMNS = {
+    "checkpoint_migrations": {"v"},
+    "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint", "metadata"},
+    "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version", "type", "blob"},
+    "checkpoint_writes": {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "blob"},
+}
+"""The columns LangGraph's checkpoint tables have had since their first version."""
+_EXISTING_COLUMNS = (
+    "SELECT table_name AS t, column_name AS c FROM information_schema.columns "
+    "WHERE table_schema = current_schema() AND table_name = ANY(%s)"
+)
+_INVALID_INDEXES = (
+    "SELECT c.relname AS name FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND NOT i.indisvalid AND t.relname = ANY(%s)"
+)
 
 
-def _lock_setup(conn: psycopg.Connection[Any]) -> None:
-    """Take the setup lock, polling with ``pg_try_advisory_lock`` between idle pauses.
+def check_checkpoint_tables(conn: psycopg.Connection[Any]) -> None:
+    """Refuse tables with the checkpoint tables' names that LangGraph did not make.
 
-    Not ``pg_advisory_lock``: a session blocked in it sits in an open
-    transaction, and ``PostgresSaver.setup``'s ``CREATE INDEX CONCURRENTLY``
-    in the holder waits for every open transaction to end, so holder and
-    waiter would deadlock (the server then fails one of them). Between polls
-    this connection is idle (autocommit), which that statement does not wait for.
+    Run before anything is created (``open_postgres_stores`` calls it before
+    the ledger is opened), so a refused schema is left as it was.
 
     Raises:
-        psycopg.OperationalError: the lock stayed taken for ``_SETUP_TIMEOUT_S`` seconds.
+        ConfigError: such a table lacks a column LangGraph's has, or a
+            checkpoint table exists without ``checkpoint_migrations``.
     """
-    deadline = time.monotonic() + _SETUP_TIMEOUT_S
-    while True:
-        row = conn.execute(_SETUP_TRY_LOCK).fetchone()  # a dict_row connection
-        if row is not None and row["taken"]:
-            return
-        if time.monotonic() > deadline:
-            raise psycopg.OperationalError(
-                f"the checkpoint tables' setup lock stayed taken for {_SETUP_TIMEOUT_S:.0f} s"
+    found: dict[str, set[str]] = {}
+    for row in conn.execute(_EXISTING_COLUMNS, (list(_TABLES),)).fetchall():
+        found.setdefault(row["t"] if isinstance(row, dict) else row[0], set()).add(
+            row["c"] if isinstance(row, dict) else row[1]
+        )
+    for table, columns in found.items():
+        missing = _COLUMNS[table] - columns
+        if missing:
+            raise ConfigError(
+                f"a table {table!r} that LangGraph's checkpointer did not make is in this "
+                f"schema (no column {', '.join(sorted(missing))}); use another schema "
+                "(search_path) or database"
             )
-        time.sleep(_SETUP_POLL_S)
+    if found and "checkpoint_migrations" not in found:
+        raise ConfigError(
+            f"checkpoint tables ({', '.join(sorted(found))}) without checkpoint_migrations are "
+            "in this schema; they were not made by LangGraph's checkpointer: use another schema"
+        )
+
+
+def setup_checkpoint_tables(conn: psycopg.Connection[Any]) -> list[str]:
+    """Create or migrate LangGraph's checkpoint tables in one transaction; rebuild invalid indexes.
+
+    ``PostgresSaver.setup`` runs each migration on its own, its indexes as
+    ``CREATE INDEX CONCURRENTLY IF NOT EXISTS``: a start-up killed during one
+    leaves an invalid index that every later start skips while recording the
+    migration done. Here every pending migration (upstream's statements,
+    indexes built without ``CONCURRENTLY``) and its ``checkpoint_migrations``
+    row commit together, under a transaction-scoped advisory lock (it works
+    behind PgBouncer in transaction mode; workers starting together wait
+    for the first and then find nothing to do), so a kill at any moment
+    leaves the tables at one recorded version. An index of these tables left
+    invalid by an earlier build is rebuilt (``REINDEX``) in that transaction.
+
+    Args:
+        conn: an autocommit connection (any row factory).
+
+    Returns:
+        The invalid indexes that were rebuilt (usually none).
+
+    Raises:
+        ConfigError: the tables are not LangGraph's (``check_checkpoint_tables``),
+            or ``checkpoint_migrations`` records a version newer than this
+            build's LangGraph knows.
+    """
+    migrations = PostgresSaver.MIGRATIONS
+    with conn.transaction():
+        conn.execute(_SETUP_LOCK)
+        check_checkpoint_tables(conn)
+        conn.execute(migrations[0])
+        row = conn.execute("SELECT MAX(v) FROM checkpoint_migrations").fetchone()
+        value = (
+            None if row is None else (next(iter(row.values())) if isinstance(row, dict) else row[0])
+        )
+        version = -1 if value is None else int(value)
+        if version >= len(migrations):
+            raise ConfigError(
+                f"the checkpoint tables are at migration {version}, newer than this "
+                f"installation knows ({len(migrations) - 1}): a newer effectgate / "
+                "langgraph-checkpoint-postgres migrated them; upgrade this one"
+            )
+        for v in range(version + 1, len(migrations)):
+            conn.execute(migrations[v].replace("CONCURRENTLY ", ""))
+            conn.execute("INSERT INTO checkpoint_migrations (v) VALUES (%s)", (v,))
+        rebuilt = []
+        for row in conn.execute(_INVALID_INDEXES, (list(_TABLES),)).fetchall():
+            name = row["name"] if isinstance(row, dict) else row[0]
+            conn.execute(pgsql.SQL("REINDEX INDEX {}").format(pgsql.Identifier(name)))
+            rebuilt.append(str(name))
+    return rebuilt
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -174,9 +309,8 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurablePostgresSaver]:
     """Open a ``StepDurablePostgresSaver`` on a pool, with its tables set up; close the pool after.
 
-    ``PostgresSaver.setup`` (create or migrate the checkpoint tables) runs
-    under an advisory lock, so workers starting together do not race on it;
-    the lock is polled, never waited for in a transaction (``_lock_setup``).
+    The checkpoint tables are created or migrated first, in one transaction
+    (``setup_checkpoint_tables``), so workers starting together do not race on it.
 
     Args:
         dsn: a libpq connection string or ``postgresql://`` URL.
@@ -190,11 +324,10 @@ def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurable
         psycopg.Error: the server cannot be reached or refuses the setup.
     """
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
-        _lock_setup(conn)
-        try:
-            PostgresSaver(conn).setup()
-        finally:
-            conn.execute(_SETUP_UNLOCK)
+        for name in setup_checkpoint_tables(conn):
+            _log.warning(
+                "checkpoint index %s was invalid (a start-up killed mid-build): rebuilt", name
+            )
     pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
         dsn,
         min_size=1,

@@ -505,6 +505,9 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
         return chain_by_ch, seeds
 
 
+_FILE_WHERE = "the checkpoint file (tables checkpoints, writes)"
+"""Where ``StepDurableSaver`` keeps checkpoints, as a damage report names it."""
+
 _UNREADABLE = (TypeError, KeyError, ValueError, AttributeError, IndexError)
 """What LangGraph's deserializer raises on damaged bytes (msgpack and JSON errors are
 ``ValueError``s); ``sqlite3.DatabaseError`` is left as it is (a damaged file)."""
@@ -598,7 +601,11 @@ def head_state(graph: Any, saver: StepDurableSaver, config: RunnableConfig) -> H
 _CHECKPOINT_MAPS = ("channel_values", "channel_versions", "versions_seen")
 
 
-def _checked(item: CheckpointTuple | None, config: RunnableConfig | None) -> CheckpointTuple | None:
+def _checked(
+    item: CheckpointTuple | None,
+    config: RunnableConfig | None,
+    where: str = _FILE_WHERE,
+) -> CheckpointTuple | None:
     """``item`` if its checkpoint has the shape LangGraph reads; damage raises.
 
     A deserializer may turn damaged bytes into some other value without an
@@ -609,18 +616,23 @@ def _checked(item: CheckpointTuple | None, config: RunnableConfig | None) -> Che
         return None
     cp: Any = item.checkpoint
     if not isinstance(cp, dict) or not isinstance(cp.get("id"), str):
-        raise _damaged(config, TypeError(f"a checkpoint that is a {type(cp).__name__}"))
+        raise _damaged(config, TypeError(f"a checkpoint that is a {type(cp).__name__}"), where)
     for key in _CHECKPOINT_MAPS:
         if not isinstance(cp.get(key), dict):
-            raise _damaged(config, TypeError(f"a checkpoint whose {key!r} is not a mapping"))
+            raise _damaged(config, TypeError(f"a checkpoint whose {key!r} is not a mapping"), where)
     return item
 
 
-def _damaged(config: RunnableConfig | None, exc: BaseException) -> CheckpointCorruptError:
+def _damaged(
+    config: RunnableConfig | None,
+    exc: BaseException,
+    where: str = _FILE_WHERE,
+) -> CheckpointCorruptError:
+    """The error naming the thread, where its checkpoint is stored, and what is wrong."""
     thread = (config or {}).get("configurable", {}).get("thread_id")
     return CheckpointCorruptError(
-        f"a stored checkpoint cannot be read back ({type(exc).__name__}: {exc}); the "
-        "checkpoint file is damaged. The ledger is a separate file: `effectgate ledger "
+        f"a stored checkpoint cannot be read back ({type(exc).__name__}: {exc}); "
+        f"damaged bytes in {where}. The ledger is kept apart: `effectgate ledger "
         "list` still shows every operation and its outcome",
         thread_id=None if thread is None else str(thread),
     )

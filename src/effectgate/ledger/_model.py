@@ -356,6 +356,22 @@ class DamagedOperation:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DamagedThread:
+    """A thread whose stored record or checkpoint fails to decode, as a tolerant listing reports it.
+
+    Attributes:
+        thread_id: the thread (read as stored).
+        table: where the damage is (``threads`` / ``ledger_threads`` for the
+            ledger's thread record, ``checkpoints`` for LangGraph's checkpoint tables).
+        reason: what is wrong (the decoding error's message).
+    """
+
+    thread_id: str
+    table: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperationTombstone:
     """What is left of a terminal operation compacted by retention.
 

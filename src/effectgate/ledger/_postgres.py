@@ -255,8 +255,7 @@ SQL_RECORD_VERSION = f"INSERT INTO {VERSION_TABLE} (version, applied_at_ms) VALU
 SQL_MIGRATION_LOCK = (
     "SELECT pg_advisory_xact_lock(hashtext('effectgate.ledger:' || COALESCE(current_schema(), '')))"
 )
-SQL_SCHEMA_LOCK = "SELECT pg_advisory_lock(hashtext('effectgate.ledger.schema'))"
-SQL_SCHEMA_UNLOCK = "SELECT pg_advisory_unlock(hashtext('effectgate.ledger.schema'))"
+SQL_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('effectgate.ledger.schema'))"
 SQL_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 SQL_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 SQL_NOT_DURABLE = "SET LOCAL synchronous_commit = off"
@@ -621,6 +620,10 @@ class _Reader:
             codec.thread_from_row(r) for r in self._dicts(SQL_LIST_THREADS, _THREAD_COLUMNS, ())
         ]
 
+    def thread_ids(self) -> list[str]:
+        rows = self._rows("SELECT thread_id FROM ledger_threads ORDER BY created_at_ms, thread_id")
+        return [str(r[0]) for r in rows]
+
     def get_lease(self, thread_id: str) -> Lease | None:
         rows = self._dicts(SQL_GET_LEASE + self._lock_rows, _LEASE_COLUMNS, (thread_id,))
         return codec.lease_from_row(rows[0]) if rows else None
@@ -890,10 +893,13 @@ class PostgresLedgerStore:
 
     Raises:
         ConfigError: the server cannot be reached or refuses the login or database.
-        LedgerCorruptError: the schema holds ledger tables but no version table.
+        ConfigError: the schema holds ledger tables but no version table (not ours).
         SchemaVersionError: the schema is newer than this build, or older with
             ``migrate=False``.
     """
+
+    THREADS_TABLE = "ledger_threads"
+    """The table of thread records (named when one of them is damaged)."""
 
     def __init__(
         self,
@@ -922,11 +928,15 @@ class PostgresLedgerStore:
             # before the schema is known to be ours.
             with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
                 if schema is not None:
-                    conn.execute(SQL_SCHEMA_LOCK)
-                    conn.execute(
-                        pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema))
-                    )
-                    conn.execute(SQL_SCHEMA_UNLOCK)
+                    # a transaction-scoped lock: nothing held across
+                    # transactions, so it holds behind a transaction pooler
+                    with conn.transaction():
+                        conn.execute(SQL_SCHEMA_LOCK)
+                        conn.execute(
+                            pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                                pgsql.Identifier(schema)
+                            )
+                        )
                 self._configure(conn)
                 self._prepare(conn, migrate=migrate)
             self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
@@ -978,9 +988,9 @@ class PostgresLedgerStore:
             return int(version or 0)
         ((tables,),) = conn.execute(SQL_COUNT_LEDGER_TABLES, ("ledger\\_%",)).fetchall()
         if tables:
-            raise LedgerCorruptError(
+            raise ConfigError(
                 f"{self._where}: ledger_* tables without a {VERSION_TABLE} table; "
-                "this schema was not made by effectgate"
+                "this schema was not made by effectgate: use another schema (search_path)"
             )
         return 0
 

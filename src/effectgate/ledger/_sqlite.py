@@ -433,6 +433,10 @@ class _Reader:
     def list_threads(self) -> list[ThreadRecord]:
         return [codec.thread_from_row(row) for row in self._conn.execute(SQL_LIST_THREADS)]
 
+    def thread_ids(self) -> list[str]:
+        rows = self._conn.execute("SELECT thread_id FROM threads ORDER BY created_at_ms, thread_id")
+        return [str(r[0]) for r in rows]
+
     def get_lease(self, thread_id: str) -> Lease | None:
         row = self._conn.execute(SQL_GET_LEASE, (thread_id,)).fetchone()
         return None if row is None else codec.lease_from_row(row)
@@ -682,6 +686,9 @@ class SqliteLedgerStore:
             ``migrate=False``.
         LedgerBusyError: another process held the lock past ``busy_timeout``.
     """
+
+    THREADS_TABLE = "threads"
+    """The table of thread records (named when one of them is damaged)."""
 
     def __init__(
         self,

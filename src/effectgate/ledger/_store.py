@@ -163,6 +163,14 @@ class StoreReader(Protocol):
         """Return every thread record, oldest first."""
         ...
 
+    def thread_ids(self) -> list[str]:
+        """Every recorded thread's id, in ``list_threads`` order, read without decoding the rows.
+
+        A tolerant listing reads the records one by one from these, so one
+        damaged record is named instead of failing the whole listing.
+        """
+        ...
+
     def get_lease(self, thread_id: str) -> Lease | None:
         """Return a thread's lease row (possibly expired), or ``None``.
 

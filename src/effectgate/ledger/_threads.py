@@ -23,8 +23,8 @@ from typing import Any
 
 from effectgate._clock import Clock, to_seconds
 from effectgate._recent import Recent
-from effectgate.errors import ThreadBusyError
-from effectgate.ledger._model import Lease, ThreadEvent, ThreadRecord
+from effectgate.errors import LedgerCorruptError, ThreadBusyError
+from effectgate.ledger._model import DamagedThread, Lease, ThreadEvent, ThreadRecord
 from effectgate.ledger._store import LedgerStore
 
 __all__ = ["ThreadsMixin"]
@@ -105,10 +105,39 @@ class ThreadsMixin:
         with self._store.read(single=True) as r:
             return r.get_thread(thread_id)
 
-    def list_threads(self) -> builtins.list[ThreadRecord]:
-        """Return every recorded thread, oldest first."""
+    def list_threads(
+        self, *, damaged: builtins.list[DamagedThread] | None = None
+    ) -> builtins.list[ThreadRecord]:
+        """Return every recorded thread, oldest first.
+
+        Args:
+            damaged: ``None``: a record that fails to decode raises. A list:
+                such a record is left out of the listing and appended here
+                (``DamagedThread``: thread, table, what is wrong), so one
+                damaged row hides one thread, not every thread.
+
+        Raises:
+            LedgerCorruptError: a record fails to decode and ``damaged`` is ``None``.
+        """
         with self._store.read(single=True) as r:
-            return r.list_threads()
+            try:
+                return r.list_threads()
+            except LedgerCorruptError:
+                if damaged is None:
+                    raise
+        with self._store.read(single=True) as r:
+            ids = r.thread_ids()
+        records: builtins.list[ThreadRecord] = []
+        for thread_id in ids:
+            try:
+                record = self.get_thread(thread_id)
+            except LedgerCorruptError as exc:
+                table = getattr(self._store, "THREADS_TABLE", "threads")
+                damaged.append(DamagedThread(thread_id=thread_id, table=table, reason=str(exc)))
+                continue
+            if record is not None:
+                records.append(record)
+        return records
 
     def acquire_lease(
         self,
