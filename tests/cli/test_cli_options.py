@@ -46,3 +46,20 @@ def test_failpoints_json_lists_the_seams() -> None:
     ran = CliRunner().invoke(app, ["failpoints", "--json", "--state-dir", "unused"])
     assert ran.exit_code == 0, ran.output
     assert json.loads(ran.output)["failpoints"][0] == "AFTER_REVIEW_RECORDED"
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    ran = CliRunner().invoke(app, ["--version"])
+    assert ran.exit_code == 0, ran.output
+    assert ran.output.strip() == f"effectgate {version('effectgate')}"
+
+
+def test_no_flag_shows_a_type_in_help_not_even_help_itself() -> None:
+    """typer prints ``--help <bool>`` unless told otherwise (seen by a new user)."""
+    runner = CliRunner()
+    for name in ("", "worker", "threads", "ledger list"):
+        ran = runner.invoke(app, [*name.split(), "--help"], env={"COLUMNS": "200"})
+        assert ran.exit_code == 0, ran.output
+        assert "--help" in ran.output and "<bool>" not in ran.output, (name, ran.output)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
 
 from effectgate import _failpoints
 from effectgate.cli import _inspect, _lease, _loader, _recovery
@@ -39,6 +40,22 @@ _HELP = (
     "operation ledger, so a crash, a resume or a replay never repeats a write."
 )
 
+
+def _flag_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """Help's type column for an option: nothing for an on/off flag.
+
+    typer 0.29 prints ``<bool>`` beside every flag, its own ``--help``
+    included, which reads as if the flag took a value; a flag's own
+    ``metavar`` (``_FLAG``) cannot reach the help option typer adds itself.
+    """
+    if self.is_flag and not self.count:
+        return None
+    return _typer_option_type(self, ctx)
+
+
+_typer_option_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
+
 app = typer.Typer(
     name="effectgate",
     help=_HELP,
@@ -48,6 +65,37 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     rich_markup_mode="rich",
 )
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: print ``effectgate X.Y.Z`` (the installed distribution's) and exit 0."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("effectgate")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "unknown (not installed)"
+        typer.echo(f"effectgate {found}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            metavar="",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """The options every command shares come after the command's name."""
+
+
 ledger_app = typer.Typer(help="Inspect the operation ledger.", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
 lease_app = typer.Typer(help="Thread leases (one live runner per thread).", no_args_is_help=True)
