@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -391,7 +392,9 @@ def stop_from_signal(stop: threading.Event, agent: Any, signum: int) -> threadin
     return thread
 
 
-def run_worker_processes(argv: Sequence[str], processes: int) -> int:
+def run_worker_processes(
+    argv: Sequence[str], processes: int, *, env: Mapping[str, str] | None = None
+) -> int:
     """Run ``processes`` copies of the worker command line, replacing any killed; return the exit.
 
     A child killed by a signal (``kill -9``, the OOM killer) is replaced at
@@ -406,6 +409,10 @@ def run_worker_processes(argv: Sequence[str], processes: int) -> int:
     Args:
         argv: the arguments after ``effectgate`` for one worker (``--processes 1``).
         processes: how many to run.
+        env: the children's environment (default: this process's). A secret
+            such as the ``--store`` URL goes here, never on ``argv``: any
+            user of the machine reads a process's argv (``ps``,
+            ``/proc/PID/cmdline``), only its owner its environment.
 
     Returns:
         The worst exit status of the children, a death by a signal counted as
@@ -413,7 +420,8 @@ def run_worker_processes(argv: Sequence[str], processes: int) -> int:
         negative status (which a shell shows as 247 for ``kill -9``).
     """
     command = [sys.executable, "-m", "effectgate.cli", *argv]
-    children = [subprocess.Popen(command) for _ in range(processes)]
+    environ = None if env is None else dict(env)
+    children = [subprocess.Popen(command, env=environ) for _ in range(processes)]
     stopping = threading.Event()
     restarts: list[float] = []
 
@@ -438,7 +446,7 @@ def run_worker_processes(argv: Sequence[str], processes: int) -> int:
                     name = signal.Signals(-code).name if -code in signal.valid_signals() else code
                     if len(restarts) < _RESTARTS_PER_MINUTE:
                         restarts.append(now)
-                        children.append(subprocess.Popen(command))
+                        children.append(subprocess.Popen(command, env=environ))
                         print(
                             f"effectgate worker: worker {child.pid} was killed ({name}); "
                             "started another",
@@ -541,10 +549,14 @@ def worker_main(
         argv += ["--lease-ttl", str(lease_ttl_s)]
         argv += ["--approve", approve] if approve else []
         argv += ["--until-idle"] if until_idle else []
-        argv += ["--store", store] if store else []
         argv += ["--agent", agent_spec] if agent_spec else []
         argv += ["--json"] if json_out else []
-        return run_worker_processes(argv, processes)
+        # The store URL may hold a password: the children get it in their
+        # environment (readable by its owner only), never on argv (``ps``).
+        env = dict(os.environ)
+        if store:
+            env["EFFECTGATE_STORE"] = store  # the envvar of the CLI's --store
+        return run_worker_processes(argv, processes, env=env)
     found = sd.services / "endpoints.json"
     endpoints = ServiceEndpoints(**json.loads(found.read_text())) if found.is_file() else None
     opts = WorkerOptions(approve=approve, until_idle=until_idle)
