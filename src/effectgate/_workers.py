@@ -49,6 +49,7 @@ from effectgate.ledger import DamagedThread
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
+    from effectgate.demo.services import ServiceEndpoints
     from effectgate.graph import Agent, RunResult
     from effectgate.ledger import ThreadRecord
 
@@ -513,6 +514,44 @@ def _refuses(
     return why
 
 
+def _service_endpoints(path: Path) -> ServiceEndpoints | None:
+    """The demo services' addresses from ``path`` (``effectgate services`` writes it), or ``None``.
+
+    Returns:
+        ``None`` when there is no such file (no services started here).
+
+    Raises:
+        ConfigError: the file exists but is not a regular file, not UTF-8
+            JSON, or not an object of the four fields with their types: the
+            worker would otherwise send the tools' requests nowhere, or crash.
+    """
+    from effectgate._untrusted import parse_json, read_regular_file
+    from effectgate.demo.services import ServiceEndpoints
+
+    if not os.path.lexists(path):
+        return None
+    fields = {"ticket_url": str, "smtp_host": str, "smtp_port": int, "mail_url": str}
+    try:
+        data = parse_json(read_regular_file(path))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConfigError(
+            f"{path}: cannot be read ({why}); run 'effectgate services' again or remove it"
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or set(data) != set(fields)
+        or not all(
+            isinstance(data[k], t) and not isinstance(data[k], bool) for k, t in fields.items()
+        )
+    ):
+        raise ConfigError(
+            f"{path}: not the demo services' addresses (an object with "
+            f"{', '.join(fields)}); run 'effectgate services' again or remove it"
+        )
+    return ServiceEndpoints(**data)
+
+
 def worker_main(
     state_dir: Path,
     *,
@@ -540,10 +579,10 @@ def worker_main(
     """
     from effectgate._app import StateDir, open_agent
     from effectgate.cli._loader import load_recipe, recipe_options
-    from effectgate.demo.services import ServiceEndpoints
 
     sd: StateDir = StateDir.open(state_dir, store=store)
     recipe = load_recipe(agent_spec, sd) if agent_spec is not None else None
+    endpoints = _service_endpoints(sd.services / "endpoints.json")  # refused once, before forking
     if processes > 1:
         argv = ["worker", "--state-dir", str(sd.root), "--processes", "1", "--model", model]
         argv += ["--lease-ttl", str(lease_ttl_s)]
@@ -557,8 +596,6 @@ def worker_main(
         if store:
             env["EFFECTGATE_STORE"] = store  # the envvar of the CLI's --store
         return run_worker_processes(argv, processes, env=env)
-    found = sd.services / "endpoints.json"
-    endpoints = ServiceEndpoints(**json.loads(found.read_text())) if found.is_file() else None
     opts = WorkerOptions(approve=approve, until_idle=until_idle)
     options: dict[str, Any] = {"model": model, "endpoints": endpoints}
     if recipe is not None:  # the recipe's tools, policy, prompt; its model, else --model
