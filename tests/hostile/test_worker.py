@@ -45,3 +45,42 @@ def test_damaged_service_endpoints_stop_the_worker_in_one_line(
     assert_clean_error(ran, BAD_INPUT, "endpoints.json")
     world.assert_outside_untouched()
     world.assert_no_secret_stored()
+
+
+FACTORIES: list[tuple[str, str, str]] = [
+    ("tools-of-strings", "return {'tools': ['read_file']}", "tools[0]"),
+    ("tools-of-none", "return {'tools': [None]}", "tools[0]"),
+    ("model-int", "return {'tools': [], 'model': 42}", "model must be"),
+    ("policy-dict", "return {'tools': [], 'policy': {'x': 1}}", "policy must be"),
+    ("prompt-list", "return {'tools': [], 'system_prompt': ['a']}", "system_prompt"),
+    ("duplicate-names", "return {'tools': [*file_tools('.'), *file_tools('.')]}", "two tools"),
+    ("exit-3", "sys.exit(3)", "sys.exit(3)"),
+    ("exit-4", "sys.exit(4)", "sys.exit(4)"),
+    ("exit-message", "sys.exit('bye')", "sys.exit"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "fragment"), FACTORIES, ids=[f[0] for f in FACTORIES])
+def test_hostile_agent_factory_is_one_line_exit_2(
+    world: World, monkeypatch: pytest.MonkeyPatch, name: str, body: str, fragment: str
+) -> None:
+    """A factory of the wrong shape, or one that exits: one line, exit 2 (never 3 or 4)."""
+    module = f"hostile_factory_{name.replace('-', '_')}"
+    code = "import sys\nfrom effectgate.tools.builtin import file_tools\n\n"
+    code += f"def build():\n    {body}\n"
+    (world.root / f"{module}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(world.root))
+    ran = world.run("worker", "--until-idle", "--agent", f"{module}:build")
+    assert_clean_error(ran, BAD_INPUT, fragment)
+    world.assert_outside_untouched()
+    world.assert_no_secret_stored()
+
+
+def test_agent_module_that_exits_on_import_is_one_line_exit_2(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sys.exit(3)`` at import time: one line, exit 2."""
+    (world.root / "hostile_exit_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(world.root))
+    ran = world.run("worker", "--until-idle", "--agent", "hostile_exit_on_import:build")
+    assert_clean_error(ran, BAD_INPUT, "sys.exit(3)")
