@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from effectgate.ledger import ThreadRecord
 
 __all__ = [
+    "MAX_PROCESSES",
     "Readiness",
     "WorkerOptions",
     "readiness",
@@ -361,6 +362,14 @@ def work(
     return runs
 
 
+MAX_PROCESSES = 64
+"""The most worker processes one ``effectgate worker --processes N`` runs.
+
+Each is a Python process with its own connections (up to a few hundred MB
+and several database connections): past this, start more pools or more
+machines rather than exhaust one host's memory and the server's
+``max_connections`` by a typo."""
+
 _RESTARTS_PER_MINUTE = 10
 """Replacements of killed workers allowed in any 60 s: past it the pool stops replacing them."""
 
@@ -575,8 +584,14 @@ def worker_main(
     that recipe; without it, only the threads of the built-in tools.
 
     Raises:
-        ConfigError: bad state directory, store, model specification or recipe.
+        ConfigError: bad state directory, store, model specification or recipe,
+            or ``processes`` outside 1..``MAX_PROCESSES``.
     """
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise ConfigError(
+            f"--processes {processes}: expected 1 to {MAX_PROCESSES} worker processes "
+            "per pool; start more pools (or machines) for more"
+        )
     from effectgate._app import StateDir, open_agent
     from effectgate.cli._loader import load_recipe, recipe_options
 

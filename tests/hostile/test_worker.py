@@ -84,3 +84,11 @@ def test_agent_module_that_exits_on_import_is_one_line_exit_2(
     monkeypatch.syspath_prepend(str(world.root))
     ran = world.run("worker", "--until-idle", "--agent", "hostile_exit_on_import:build")
     assert_clean_error(ran, BAD_INPUT, "sys.exit(3)")
+
+
+@pytest.mark.parametrize("processes", ["65", "100000", "0", "-1"])
+def test_processes_out_of_bounds_is_one_line_exit_2(world: World, processes: str) -> None:
+    """``--processes`` past ``MAX_PROCESSES`` (or below 1): refused before any process starts."""
+    ran = world.run("worker", "--until-idle", "--processes", processes)
+    assert_clean_error(ran, BAD_INPUT, "--processes")
+    assert not world.state.exists()  # refused before the state directory is opened

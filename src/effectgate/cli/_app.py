@@ -626,7 +626,7 @@ def worker(
     state_dir: StateDirOpt = _DEFAULT_STATE,
     store: StoreOpt = None,
     processes: Annotated[
-        int, typer.Option("--processes", min=1, help="Worker processes to run here.")
+        int, typer.Option("--processes", help="Worker processes to run here (1 to 64).")
     ] = 1,
     model: Annotated[
         str,
