@@ -92,3 +92,25 @@ def test_processes_out_of_bounds_is_one_line_exit_2(world: World, processes: str
     ran = world.run("worker", "--until-idle", "--processes", processes)
     assert_clean_error(ran, BAD_INPUT, "--processes")
     assert not world.state.exists()  # refused before the state directory is opened
+
+
+NOT_UTF8 = b"fix \xff\xfe it".decode("utf-8", "surrogateescape")
+"""What Python makes of argv bytes that are not UTF-8 (lone surrogates)."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", NOT_UTF8, "--model", "scripted:incident"],
+        ["run", "a task", "--model", "scripted:incident", "--thread", NOT_UTF8],
+        ["run", "a task", "--model", "scripted:incident", "--reviewer", NOT_UTF8],
+        ["resume", "--thread", NOT_UTF8],
+    ],
+    ids=["message", "thread", "reviewer", "resume-thread"],
+)
+def test_non_utf8_argument_is_one_line_exit_2(world: World, args: list[str]) -> None:
+    """Non-UTF-8 bytes in a message, ``--thread`` or ``--reviewer``: refused, nothing run."""
+    ran = world.run(*args)
+    assert_clean_error(ran, BAD_INPUT, "not valid UTF-8")
+    world.assert_outside_untouched()
+    world.assert_no_secret_stored()
