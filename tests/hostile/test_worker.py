@@ -114,3 +114,14 @@ def test_non_utf8_argument_is_one_line_exit_2(world: World, args: list[str]) -> 
     assert_clean_error(ran, BAD_INPUT, "not valid UTF-8")
     world.assert_outside_untouched()
     world.assert_no_secret_stored()
+
+
+def test_store_schema_missing_from_search_path_is_one_line_exit_2(
+    world: World, postgres_url: str
+) -> None:
+    """A ``search_path`` naming no existing schema: one line naming it, exit 2, no password."""
+    missing = postgres_url.split("search_path%3D", 1)[0] + "search_path%3Dno_such_schema_h1b"
+    url = missing.replace("://postgres@", "://postgres:pw-hostile-91ab@", 1)
+    ran = world.run("worker", "--until-idle", "--store", url)
+    assert_clean_error(ran, BAD_INPUT, "search_path")
+    assert "pw-hostile-91ab" not in ran.stdout + ran.stderr
