@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -48,10 +49,12 @@ from effectgate.ledger import DamagedThread
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
+    from effectgate.demo.services import ServiceEndpoints
     from effectgate.graph import Agent, RunResult
     from effectgate.ledger import ThreadRecord
 
 __all__ = [
+    "MAX_PROCESSES",
     "Readiness",
     "WorkerOptions",
     "readiness",
@@ -359,6 +362,14 @@ def work(
     return runs
 
 
+MAX_PROCESSES = 64
+"""The most worker processes one ``effectgate worker --processes N`` runs.
+
+Each is a Python process with its own connections (up to a few hundred MB
+and several database connections): past this, start more pools or more
+machines rather than exhaust one host's memory and the server's
+``max_connections`` by a typo."""
+
 _RESTARTS_PER_MINUTE = 10
 """Replacements of killed workers allowed in any 60 s: past it the pool stops replacing them."""
 
@@ -391,7 +402,9 @@ def stop_from_signal(stop: threading.Event, agent: Any, signum: int) -> threadin
     return thread
 
 
-def run_worker_processes(argv: Sequence[str], processes: int) -> int:
+def run_worker_processes(
+    argv: Sequence[str], processes: int, *, env: Mapping[str, str] | None = None
+) -> int:
     """Run ``processes`` copies of the worker command line, replacing any killed; return the exit.
 
     A child killed by a signal (``kill -9``, the OOM killer) is replaced at
@@ -406,6 +419,10 @@ def run_worker_processes(argv: Sequence[str], processes: int) -> int:
     Args:
         argv: the arguments after ``effectgate`` for one worker (``--processes 1``).
         processes: how many to run.
+        env: the children's environment (default: this process's). A secret
+            such as the ``--store`` URL goes here, never on ``argv``: any
+            user of the machine reads a process's argv (``ps``,
+            ``/proc/PID/cmdline``), only its owner its environment.
 
     Returns:
         The worst exit status of the children, a death by a signal counted as
@@ -413,7 +430,8 @@ def run_worker_processes(argv: Sequence[str], processes: int) -> int:
         negative status (which a shell shows as 247 for ``kill -9``).
     """
     command = [sys.executable, "-m", "effectgate.cli", *argv]
-    children = [subprocess.Popen(command) for _ in range(processes)]
+    environ = None if env is None else dict(env)
+    children = [subprocess.Popen(command, env=environ) for _ in range(processes)]
     stopping = threading.Event()
     restarts: list[float] = []
 
@@ -438,7 +456,7 @@ def run_worker_processes(argv: Sequence[str], processes: int) -> int:
                     name = signal.Signals(-code).name if -code in signal.valid_signals() else code
                     if len(restarts) < _RESTARTS_PER_MINUTE:
                         restarts.append(now)
-                        children.append(subprocess.Popen(command))
+                        children.append(subprocess.Popen(command, env=environ))
                         print(
                             f"effectgate worker: worker {child.pid} was killed ({name}); "
                             "started another",
@@ -505,6 +523,44 @@ def _refuses(
     return why
 
 
+def _service_endpoints(path: Path) -> ServiceEndpoints | None:
+    """The demo services' addresses from ``path`` (``effectgate services`` writes it), or ``None``.
+
+    Returns:
+        ``None`` when there is no such file (no services started here).
+
+    Raises:
+        ConfigError: the file exists but is not a regular file, not UTF-8
+            JSON, or not an object of the four fields with their types: the
+            worker would otherwise send the tools' requests nowhere, or crash.
+    """
+    from effectgate._untrusted import parse_json, read_regular_file
+    from effectgate.demo.services import ServiceEndpoints
+
+    if not os.path.lexists(path):
+        return None
+    fields = {"ticket_url": str, "smtp_host": str, "smtp_port": int, "mail_url": str}
+    try:
+        data = parse_json(read_regular_file(path))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConfigError(
+            f"{path}: cannot be read ({why}); run 'effectgate services' again or remove it"
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or set(data) != set(fields)
+        or not all(
+            isinstance(data[k], t) and not isinstance(data[k], bool) for k, t in fields.items()
+        )
+    ):
+        raise ConfigError(
+            f"{path}: not the demo services' addresses (an object with "
+            f"{', '.join(fields)}); run 'effectgate services' again or remove it"
+        )
+    return ServiceEndpoints(**data)
+
+
 def worker_main(
     state_dir: Path,
     *,
@@ -528,25 +584,33 @@ def worker_main(
     that recipe; without it, only the threads of the built-in tools.
 
     Raises:
-        ConfigError: bad state directory, store, model specification or recipe.
+        ConfigError: bad state directory, store, model specification or recipe,
+            or ``processes`` outside 1..``MAX_PROCESSES``.
     """
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise ConfigError(
+            f"--processes {processes}: expected 1 to {MAX_PROCESSES} worker processes "
+            "per pool; start more pools (or machines) for more"
+        )
     from effectgate._app import StateDir, open_agent
     from effectgate.cli._loader import load_recipe, recipe_options
-    from effectgate.demo.services import ServiceEndpoints
 
     sd: StateDir = StateDir.open(state_dir, store=store)
     recipe = load_recipe(agent_spec, sd) if agent_spec is not None else None
+    endpoints = _service_endpoints(sd.services / "endpoints.json")  # refused once, before forking
     if processes > 1:
         argv = ["worker", "--state-dir", str(sd.root), "--processes", "1", "--model", model]
         argv += ["--lease-ttl", str(lease_ttl_s)]
         argv += ["--approve", approve] if approve else []
         argv += ["--until-idle"] if until_idle else []
-        argv += ["--store", store] if store else []
         argv += ["--agent", agent_spec] if agent_spec else []
         argv += ["--json"] if json_out else []
-        return run_worker_processes(argv, processes)
-    found = sd.services / "endpoints.json"
-    endpoints = ServiceEndpoints(**json.loads(found.read_text())) if found.is_file() else None
+        # The store URL may hold a password: the children get it in their
+        # environment (readable by its owner only), never on argv (``ps``).
+        env = dict(os.environ)
+        if store:
+            env["EFFECTGATE_STORE"] = store  # the envvar of the CLI's --store
+        return run_worker_processes(argv, processes, env=env)
     opts = WorkerOptions(approve=approve, until_idle=until_idle)
     options: dict[str, Any] = {"model": model, "endpoints": endpoints}
     if recipe is not None:  # the recipe's tools, policy, prompt; its model, else --model

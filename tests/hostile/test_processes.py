@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,45 @@ def test_inherited_secret_is_not_stored_by_run_shell(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stderr
     assert SECRET not in ran.stdout + ran.stderr
     _no_secret(state)
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_worker_pool_keeps_the_store_password_off_argv(tmp_path: Path, postgres_url: str) -> None:
+    """``worker --processes 2``: no child's /proc/PID/cmdline holds the store URL's password."""
+    scheme, rest = postgres_url.split("://", 1)
+    user, host = rest.split("@", 1)
+    password = "pw-hostile-7c2e91"
+    url = f"{scheme}://{user.split(':')[0]}:{password}@{host}"  # trust auth: accepted, unused
+    env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
+    env.update({"EFFECTGATE_STORE": url, "NO_COLOR": "1"})
+    state = tmp_path / "state"
+    cmd = [*CLI, "worker", "--state-dir", str(state), "--processes", "2"]
+    parent = subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        seen: dict[int, bytes] = {}
+        while len(seen) < 2 and parent.poll() is None:  # wait for both children to exist
+            for child in _children(parent.pid):
+                try:
+                    cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                except FileNotFoundError:
+                    continue
+                if b"--processes\x001" in cmdline:  # exec'd: a worker child, not the fork
+                    seen[child] = cmdline
+        assert parent.poll() is None, parent.communicate(timeout=30)
+        for cmdline in seen.values():
+            assert password.encode() not in cmdline, cmdline
+        assert password.encode() not in Path(f"/proc/{parent.pid}/cmdline").read_bytes()
+    finally:  # only argv is under test: kill the pool outright, parent first (no replacing)
+        children = _children(parent.pid)
+        parent.kill()
+        for child in children:
+            os.kill(child, signal.SIGKILL)
+        out, err = parent.communicate(timeout=60)
+    assert password.encode() not in out + err, (out + err)[-2000:]

@@ -11,6 +11,8 @@ connection was opened to a service that was not meant to be reached.
 from __future__ import annotations
 
 import os
+import socket
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -195,6 +197,13 @@ def _loop(ws: Path, out: Path) -> str:
     return "l1"
 
 
+def _socket(ws: Path, out: Path) -> str:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(ws / "sock"))
+    sock.close()  # the socket file stays
+    return "sock"
+
+
 def _too_big(ws: Path, out: Path) -> str:
     with (ws / "big.bin").open("wb") as fh:
         fh.truncate(64 * 1024 * 1024)  # sparse: costs no disk
@@ -217,6 +226,8 @@ RUN_CASES: list[tuple[str, Setup, str]] = [
     ("append_file", _dangling_out, "outside the workspace"),
     ("read_file", _fifo, "not a regular file"),
     ("append_file", _fifo, "not a regular file"),
+    ("write_file", _fifo, "not a regular file"),
+    ("write_file", _socket, "not a regular file"),
     ("read_file", _dev_zero, "outside the workspace"),
     ("read_file", _directory, "directory"),
     ("append_file", _directory, "directory"),
@@ -241,6 +252,8 @@ def test_tool_refuses_at_run(
     assert time.monotonic() - started < 5  # a FIFO or device never blocks
     assert fragment.lower() in _one_line(caught.value).lower()
     world.assert_outside_untouched()
+    if setup in (_fifo, _socket):  # still there, not replaced by a regular file
+        assert not stat.S_ISREG((world.root / "ws" / path).lstat().st_mode)
 
 
 @pytest.mark.parametrize("setup", [_fifo, _hardlink, _shadow, _dev_zero, _too_big])

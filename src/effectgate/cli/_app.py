@@ -154,10 +154,31 @@ CrashOpt = Annotated[
         help="Exit 137 at this failpoint (NAME, NAME@tool, NAME#n); see 'effectgate failpoints'.",
     ),
 ]
+
+
+def _utf8(value: str | None) -> str | None:
+    """Refuse text that is not UTF-8: bytes the shell passed that decode to no characters.
+
+    Python keeps such argv bytes as lone surrogates (``surrogateescape``);
+    they cannot be stored, compared as a name, or printed, so they are refused
+    here, once, before anything uses them.
+    """
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise typer.BadParameter(
+                f"{value!a}: not valid UTF-8 text (the bytes shown as \\udcXX)"
+            ) from None
+    return value
+
+
 ReviewerOpt = Annotated[
     str | None,
     typer.Option(
-        "--reviewer", help="Name recorded on approvals and verdicts (default: your user name)."
+        "--reviewer",
+        callback=_utf8,
+        help="Name recorded on approvals and verdicts (default: your user name).",
     ),
 ]
 AgentOpt = Annotated[
@@ -172,7 +193,8 @@ AgentOpt = Annotated[
 
 
 def _id_flag(value: str | None) -> str | None:
-    """Refuse an empty or blank-padded id: it would silently name another thread."""
+    """Refuse an empty, blank-padded or non-UTF-8 id: it would silently name another thread."""
+    _utf8(value)
     if value is not None and (not value.strip() or value != value.strip()):
         raise typer.BadParameter(
             f"{value!r}: a thread id (or operation id) may not be empty, blank, "
@@ -287,7 +309,10 @@ def run(
     *,
     task: Annotated[
         str,
-        typer.Argument(help="The request for the agent; on an existing --thread, a follow-up."),
+        typer.Argument(
+            callback=_utf8,
+            help="The request for the agent; on an existing --thread, a follow-up.",
+        ),
     ],
     model: Annotated[
         str | None,
@@ -674,7 +699,7 @@ def worker(
     state_dir: StateDirOpt = _DEFAULT_STATE,
     store: StoreOpt = None,
     processes: Annotated[
-        int, typer.Option("--processes", min=1, help="Worker processes to run here.")
+        int, typer.Option("--processes", help="Worker processes to run here (1 to 64).")
     ] = 1,
     model: Annotated[
         str,

@@ -101,7 +101,8 @@ def load_recipe(spec: str, sd: StateDir) -> AgentRecipe:
 
     Raises:
         ConfigError: a malformed spec, a module or name that does not import,
-            a factory that raises, or a result without a tools list.
+            a factory that raises or calls ``sys.exit``, or a result of the
+            wrong shape (see ``_check_recipe``).
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -122,6 +123,8 @@ def load_recipe(spec: str, sd: StateDir) -> AgentRecipe:
         takes_dir = False
     try:
         made = target(sd) if takes_dir else target()
+    except SystemExit as exc:  # its code would pose as one of ours (3 reconciliation, 4 review)
+        raise ConfigError(f"--agent {spec!r}: the factory called sys.exit({exc.code!r})") from None
     except Exception as exc:
         raise ConfigError(f"--agent {spec!r}: the factory failed: {exc}") from exc
     if isinstance(made, Mapping):
@@ -134,9 +137,46 @@ def load_recipe(spec: str, sd: StateDir) -> AgentRecipe:
             f"--agent {spec!r}: the factory returned {type(made).__name__}, "
             "expected an AgentRecipe (or a mapping with tools, model, policy, system_prompt)"
         )
+    _check_recipe(spec, made)
+    return made
+
+
+def _check_recipe(spec: str, made: AgentRecipe) -> None:
+    """Check the types of a recipe's parts, which a factory may get wrong in any way.
+
+    Raises:
+        ConfigError: ``tools`` is not a list of ``ToolSpec``/``BaseTool`` with
+            distinct names (two tools of one name would make a call's name
+            ambiguous), ``model`` is not a chat model, a spec string or
+            ``None``, ``policy`` not a ``Policy`` or ``None``, or
+            ``system_prompt`` not a string or ``None``.
+    """
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+
+    from effectgate.graph import Policy
+    from effectgate.tools import ToolSpec
+
+    def wrong(what: str, value: object) -> ConfigError:
+        return ConfigError(f"--agent {spec!r}: {what}, not {type(value).__name__}")
+
     if isinstance(made.tools, str | bytes) or not isinstance(made.tools, Sequence):
         raise ConfigError(f"--agent {spec!r}: tools must be a list")
-    return made
+    names: set[str] = set()
+    for i, tool in enumerate(made.tools):
+        if not isinstance(tool, ToolSpec | BaseTool):
+            raise wrong(f"tools[{i}] must be a ToolSpec or a LangChain BaseTool", tool)
+        if not isinstance(tool.name, str) or not tool.name:
+            raise ConfigError(f"--agent {spec!r}: tools[{i}] has no name")
+        if tool.name in names:
+            raise ConfigError(f"--agent {spec!r}: two tools are named {tool.name!r}")
+        names.add(tool.name)
+    if made.model is not None and not isinstance(made.model, str | BaseChatModel):
+        raise wrong("model must be a chat model, a model spec string or None", made.model)
+    if made.policy is not None and not isinstance(made.policy, Policy):
+        raise wrong("policy must be an effectgate Policy or None", made.policy)
+    if made.system_prompt is not None and not isinstance(made.system_prompt, str):
+        raise wrong("system_prompt must be a string or None", made.system_prompt)
 
 
 def _import(spec: str, module_name: str) -> Any:
@@ -149,6 +189,10 @@ def _import(spec: str, module_name: str) -> Any:
         return importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"--agent {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    except SystemExit as exc:  # its code would pose as one of ours (3 reconciliation, 4 review)
+        raise ConfigError(
+            f"--agent {spec!r}: importing {module_name!r} called sys.exit({exc.code!r})"
+        ) from None
     except Exception as exc:
         raise ConfigError(
             f"--agent {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"

@@ -981,7 +981,19 @@ class PostgresLedgerStore:
             self._migrate(conn)
 
     def _inspect(self, conn: psycopg.Connection[Any]) -> int:
-        """Return the ledger schema version in the current schema; 0 for no ledger."""
+        """Return the ledger schema version in the current schema; 0 for no ledger.
+
+        Raises:
+            ConfigError: no schema of ``search_path`` exists (PostgreSQL would
+                refuse every ``CREATE TABLE`` with "no schema has been selected").
+        """
+        ((current,),) = conn.execute("SELECT current_schema()").fetchall()
+        if current is None:
+            ((path,),) = conn.execute("SHOW search_path").fetchall()
+            raise ConfigError(
+                f"{self._where}: no schema of search_path ({path}) exists: create it "
+                "(CREATE SCHEMA) or name an existing one"
+            )
         ((has_version,),) = conn.execute(SQL_HAS_TABLE, (VERSION_TABLE,)).fetchall()
         if has_version:
             ((version,),) = conn.execute(SQL_SCHEMA_VERSION).fetchall()

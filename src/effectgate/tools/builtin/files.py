@@ -161,6 +161,10 @@ def _existing_mode(dir_fd: int, name: str) -> int | None:
         return None
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a directory", name)
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        # A FIFO, socket or device is someone's endpoint, not a file's content:
+        # replacing it would silently cut whoever uses it off.
+        raise OSError(errno.EINVAL, "not a regular file", name)
     return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
 
 

@@ -1,0 +1,127 @@
+"""Hostile input on ``effectgate worker`` and its neighbours, in-process (``CliRunner``).
+
+Each case asserts the documented exit code, one error line naming what was
+wrong, no traceback, nothing written outside the state directory, and the
+planted secret in neither SQLite file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from effectgate._app import StateDir
+from tests.hostile.conftest import World, assert_clean_error
+
+BAD_INPUT = 2
+
+ENDPOINTS: list[tuple[str, Callable[[Path], None]]] = [
+    ("not-json", lambda p: p.write_text("{not json")),
+    ("not-utf8", lambda p: p.write_bytes(b"\xff\xfe{}")),
+    ("a-list", lambda p: p.write_text("[1, 2]")),
+    ("missing-field", lambda p: p.write_text('{"ticket_url": "http://127.0.0.1:1"}')),
+    (
+        "wrong-type",
+        lambda p: p.write_text(
+            '{"ticket_url": 1, "smtp_host": "h", "smtp_port": "25", "mail_url": "u"}'
+        ),
+    ),
+    ("a-directory", lambda p: p.mkdir()),
+    ("a-fifo", lambda p: __import__("os").mkfifo(p)),
+]
+
+
+@pytest.mark.parametrize(("name", "damage"), ENDPOINTS, ids=[n for n, _ in ENDPOINTS])
+def test_damaged_service_endpoints_stop_the_worker_in_one_line(
+    world: World, name: str, damage: Callable[[Path], None]
+) -> None:
+    """A damaged ``services/endpoints.json``: one line naming it, exit 2, nothing run."""
+    sd = StateDir.open(world.state)
+    sd.services.mkdir(parents=True, exist_ok=True)
+    damage(sd.services / "endpoints.json")
+    ran = world.run("worker", "--until-idle")
+    assert_clean_error(ran, BAD_INPUT, "endpoints.json")
+    world.assert_outside_untouched()
+    world.assert_no_secret_stored()
+
+
+FACTORIES: list[tuple[str, str, str]] = [
+    ("tools-of-strings", "return {'tools': ['read_file']}", "tools[0]"),
+    ("tools-of-none", "return {'tools': [None]}", "tools[0]"),
+    ("model-int", "return {'tools': [], 'model': 42}", "model must be"),
+    ("policy-dict", "return {'tools': [], 'policy': {'x': 1}}", "policy must be"),
+    ("prompt-list", "return {'tools': [], 'system_prompt': ['a']}", "system_prompt"),
+    ("duplicate-names", "return {'tools': [*file_tools('.'), *file_tools('.')]}", "two tools"),
+    ("exit-3", "sys.exit(3)", "sys.exit(3)"),
+    ("exit-4", "sys.exit(4)", "sys.exit(4)"),
+    ("exit-message", "sys.exit('bye')", "sys.exit"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "fragment"), FACTORIES, ids=[f[0] for f in FACTORIES])
+def test_hostile_agent_factory_is_one_line_exit_2(
+    world: World, monkeypatch: pytest.MonkeyPatch, name: str, body: str, fragment: str
+) -> None:
+    """A factory of the wrong shape, or one that exits: one line, exit 2 (never 3 or 4)."""
+    module = f"hostile_factory_{name.replace('-', '_')}"
+    code = "import sys\nfrom effectgate.tools.builtin import file_tools\n\n"
+    code += f"def build():\n    {body}\n"
+    (world.root / f"{module}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(world.root))
+    ran = world.run("worker", "--until-idle", "--agent", f"{module}:build")
+    assert_clean_error(ran, BAD_INPUT, fragment)
+    world.assert_outside_untouched()
+    world.assert_no_secret_stored()
+
+
+def test_agent_module_that_exits_on_import_is_one_line_exit_2(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sys.exit(3)`` at import time: one line, exit 2."""
+    (world.root / "hostile_exit_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(world.root))
+    ran = world.run("worker", "--until-idle", "--agent", "hostile_exit_on_import:build")
+    assert_clean_error(ran, BAD_INPUT, "sys.exit(3)")
+
+
+@pytest.mark.parametrize("processes", ["65", "100000", "0", "-1"])
+def test_processes_out_of_bounds_is_one_line_exit_2(world: World, processes: str) -> None:
+    """``--processes`` past ``MAX_PROCESSES`` (or below 1): refused before any process starts."""
+    ran = world.run("worker", "--until-idle", "--processes", processes)
+    assert_clean_error(ran, BAD_INPUT, "--processes")
+    assert not world.state.exists()  # refused before the state directory is opened
+
+
+NOT_UTF8 = b"fix \xff\xfe it".decode("utf-8", "surrogateescape")
+"""What Python makes of argv bytes that are not UTF-8 (lone surrogates)."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", NOT_UTF8, "--model", "scripted:incident"],
+        ["run", "a task", "--model", "scripted:incident", "--thread", NOT_UTF8],
+        ["run", "a task", "--model", "scripted:incident", "--reviewer", NOT_UTF8],
+        ["resume", "--thread", NOT_UTF8],
+    ],
+    ids=["message", "thread", "reviewer", "resume-thread"],
+)
+def test_non_utf8_argument_is_one_line_exit_2(world: World, args: list[str]) -> None:
+    """Non-UTF-8 bytes in a message, ``--thread`` or ``--reviewer``: refused, nothing run."""
+    ran = world.run(*args)
+    assert_clean_error(ran, BAD_INPUT, "not valid UTF-8")
+    world.assert_outside_untouched()
+    world.assert_no_secret_stored()
+
+
+def test_store_schema_missing_from_search_path_is_one_line_exit_2(
+    world: World, postgres_url: str
+) -> None:
+    """A ``search_path`` naming no existing schema: one line naming it, exit 2, no password."""
+    missing = postgres_url.split("search_path%3D", 1)[0] + "search_path%3Dno_such_schema_h1b"
+    url = missing.replace("://postgres@", "://postgres:pw-hostile-91ab@", 1)
+    ran = world.run("worker", "--until-idle", "--store", url)
+    assert_clean_error(ran, BAD_INPUT, "search_path")
+    assert "pw-hostile-91ab" not in ran.stdout + ran.stderr
