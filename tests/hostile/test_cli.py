@@ -487,12 +487,16 @@ def test_resume_hint_names_the_real_thread(world: World, thread: str) -> None:
     ids=["random-bytes", "wrong-json"],
 )
 def test_damaged_checkpoint_rows_are_one_line_exit_1(world: World, damage: str) -> None:
-    """Bytes inside checkpoint rows replaced: threads and resume say so in one line (exit 1)."""
+    """Bytes inside checkpoint rows replaced: resume says so in one line (exit 1);
+    threads lists the thread as unreadable, naming the table, and exits 1, no traceback."""
     first = world.run("run", "task", "--model", _write_call(world), "--thread", "t")
     assert first.code == 4, first.stderr
     with sqlite3.connect(world.state / "checkpoints.sqlite3") as conn:
         conn.execute(damage)
-    for args in (("threads",), ("resume", "--thread", "t", "--approve", "all")):
-        ran = world.run(*args)
-        assert_clean_error(ran, 1, "cannot be read back")
+    ran = world.run("resume", "--thread", "t", "--approve", "all")
+    assert_clean_error(ran, 1, "cannot be read back")
+    listed = world.run("threads", "--json")
+    assert listed.code == 1 and "Traceback" not in listed.stdout + listed.stderr
+    [row] = [t for t in json.loads(listed.stdout)["threads"] if t["thread_id"] == "t"]
+    assert row["status"] == "unreadable", row
     world.assert_outside_untouched()
