@@ -53,8 +53,11 @@ def _flag_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
     return _typer_option_type(self, ctx)
 
 
-_typer_option_type = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
+# Older typer (the lowest supported, 0.15) has no such hook and prints no
+# ``<bool>`` either, so there is nothing to patch there.
+_typer_option_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _typer_option_type is not None:
+    typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
 
 app = typer.Typer(
     name="effectgate",
