@@ -29,19 +29,14 @@ malformed call would silently look like a valid call with no arguments.
 
 from __future__ import annotations
 
-import json
 import os
-from importlib import resources
-from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import yaml
 from langchain_core.language_models import BaseChatModel
 
-from effectgate._untrusted import parse_json, parse_yaml, read_regular_file
 from effectgate.errors import ConfigError
-from effectgate.models._scripted import ScriptedChatModel, validate_script
+from effectgate.models._script import _SPEC_HELP, load_script
+from effectgate.models._scripted import ScriptedChatModel
 
 __all__ = [
     "DEFAULT_OPENAI_MAX_RETRIES",
@@ -53,77 +48,6 @@ __all__ = [
 
 DEFAULT_OPENAI_MAX_RETRIES = 2
 """Retries of one failed model request (3 HTTP requests at most); never a tool retry."""
-
-_SUFFIXES = (".yaml", ".yml", ".json")
-_PACKAGE = "effectgate.demo"
-_SPEC_HELP = "use 'scripted:<name or path>' (e.g. scripted:incident) or 'openai:<model>'"
-
-
-def _packaged_names() -> list[str]:
-    root = resources.files(_PACKAGE)
-    return sorted(
-        entry.name.rsplit(".", 1)[0]
-        for entry in root.iterdir()
-        if entry.name.endswith(_SUFFIXES) and entry.is_file()
-    )
-
-
-def _load_packaged(name: str) -> dict[str, Any]:
-    root = resources.files(_PACKAGE)
-    for suffix in _SUFFIXES:
-        entry = root / f"{name}{suffix}"
-        if entry.is_file():
-            return _parse(entry.read_text(encoding="utf-8"), suffix, f"'{name}' (packaged)")
-    raise ConfigError(
-        f"unknown script {name!r}: packaged scripts are {_packaged_names()}; "
-        f"otherwise give a path ending in {', '.join(_SUFFIXES)}"
-    )
-
-
-def _parse(text: str, suffix: str, source: str) -> dict[str, Any]:
-    try:
-        data = parse_json(text) if suffix == ".json" else parse_yaml(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"script {source}: invalid JSON: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"script {source}: invalid YAML: {exc}") from exc
-    return validate_script(data, source=source)
-
-
-def load_script(name_or_path: str) -> dict[str, Any]:
-    """Load and validate a script for :class:`ScriptedChatModel`.
-
-    A bare name without a path separator or script suffix names a script
-    packaged in ``effectgate.demo`` (``"incident"`` is the demo's default);
-    anything else is a file path.
-
-    Args:
-        name_or_path: a packaged name, or a ``.yaml``/``.yml``/``.json`` path.
-
-    Returns:
-        The validated script, a JSON-clean dict with ``name`` and ``turns``.
-
-    Raises:
-        ConfigError: unknown packaged name, missing or unreadable file, wrong
-            suffix, unparsable text, or a script with a bad shape.
-    """
-    text = name_or_path.strip()
-    if not text:
-        raise ConfigError("empty script name: " + _SPEC_HELP)
-    is_path = os.sep in text or "/" in text or text.endswith(_SUFFIXES)
-    if not is_path:
-        return _load_packaged(text)
-    path = Path(text).expanduser()
-    if path.suffix not in _SUFFIXES:
-        raise ConfigError(f"script {path}: the file must end in {', '.join(_SUFFIXES)}")
-    if not path.exists():
-        raise ConfigError(f"script file not found: {path}")
-    try:
-        body = read_regular_file(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"script {path}: cannot be read: {exc}") from exc
-    return _parse(body, path.suffix, str(path))
-
 
 _SECRET_QUERY_NAMES = ("key", "token", "secret", "password", "passwd", "auth", "sig")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 import os
 import re
 import uuid
@@ -38,139 +37,19 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
 from effectgate._intent import canonical_json
-from effectgate.errors import ConfigError
 
 __all__ = ["DEFAULT_FINAL", "ScriptedChatModel", "validate_script"]
 
-DEFAULT_FINAL = "Done."
-"""Final answer once the script has no turn left, unless the script sets ``final``."""
-
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "<": operator.lt,
-    "<=": operator.le,
-    "==": operator.eq,
-    "!=": operator.ne,
-}
-_TEMPLATE_RE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
-_REF_RE = re.compile(r"result(\.[^\s.{}]+){1,}")
-_SUCCESS = frozenset({"ok", "success", "succeeded", "done"})
-_OUTCOMES = "outcomes"
-"""``{{ outcomes }}``: what each side effect since the last human message actually did."""
-_TOP_KEYS = frozenset({"name", "turns", "final", "followups"})
-_FOLLOWUP_KEYS = frozenset({"turns", "final"})
-_TURN_KEYS = frozenset({"say", "tool_calls", "when", "otherwise"})
-_CALL_KEYS = frozenset({"name", "args", "id"})
-_WHEN_KEYS = frozenset({"path", "op", "value"})
-_DETAIL_CHARS = 200
-
-
-# --- validation -------------------------------------------------------------------------
-
-
-def _fail(source: str, where: str, problem: str) -> ConfigError:
-    return ConfigError(f"script {source}: {where}: {problem}")
-
-
-def _check_keys(obj: Any, allowed: frozenset[str], source: str, where: str) -> None:
-    if not isinstance(obj, Mapping):
-        raise _fail(source, where, f"must be a mapping, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - allowed)
-    if unknown:
-        raise _fail(source, where, f"unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-
-
-def _check_templates(value: Any, source: str, where: str) -> None:
-    if isinstance(value, str):
-        for ref in _TEMPLATE_RE.findall(value):
-            if ref != _OUTCOMES and not _REF_RE.fullmatch(ref):
-                raise _fail(source, where, f"template {{{{ {ref} }}}} is not result.<tool>.<field>")
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _check_templates(item, source, f"{where}.{key}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_templates(item, source, f"{where}[{i}]")
-
-
-def _check_call(call: Any, source: str, where: str) -> None:
-    _check_keys(call, _CALL_KEYS, source, where)
-    if not isinstance(call.get("name"), str) or not call["name"]:
-        raise _fail(source, where, "'name' must be a non-empty string")
-    if not isinstance(call.get("args", {}), Mapping | str):
-        raise _fail(source, where, "'args' must be a mapping (or a raw JSON string)")
-    if call.get("id") is not None and not isinstance(call["id"], str):
-        raise _fail(source, where, "'id' must be a string or null")
-    _check_templates(call.get("args", {}), source, f"{where}.args")
-
-
-def _check_turn(turn: Any, source: str, where: str) -> None:
-    _check_keys(turn, _TURN_KEYS, source, where)
-    for key in ("say", "otherwise"):
-        if not isinstance(turn.get(key, ""), str):
-            raise _fail(source, where, f"'{key}' must be a string")
-        _check_templates(turn.get(key, ""), source, f"{where}.{key}")
-    calls = turn.get("tool_calls", [])
-    if not isinstance(calls, list):
-        raise _fail(source, where, "'tool_calls' must be a list")
-    for i, call in enumerate(calls):
-        _check_call(call, source, f"{where}.tool_calls[{i}]")
-    if "when" in turn:
-        when = turn["when"]
-        _check_keys(when, _WHEN_KEYS, source, f"{where}.when")
-        if not isinstance(when.get("path"), str) or not _REF_RE.fullmatch(when["path"]):
-            raise _fail(source, f"{where}.when", "'path' must look like result.<tool>.<field>")
-        if when.get("op") not in _OPS:
-            raise _fail(source, f"{where}.when", f"'op' must be one of {sorted(_OPS)}")
-        if "value" not in when:
-            raise _fail(source, f"{where}.when", "'value' is required")
-
-
-def validate_script(script: Any, *, source: str = "<mapping>") -> dict[str, Any]:
-    """Check a script's shape and return a JSON-clean deep copy of it.
-
-    Args:
-        script: the parsed script, ``{"name", "turns": [...], "final"?}``.
-        source: where it came from, for error messages (a path or ``<mapping>``).
-
-    Returns:
-        A new dict with the same content; ``name`` defaults to ``"scripted"``.
-
-    Raises:
-        ConfigError: the script has the wrong shape, an unknown key (a typo), a
-            template that is not ``result.<tool>.<field>``, or a value with no
-            JSON form (YAML dates, NaN).
-    """
-    _check_keys(script, _TOP_KEYS, source, "top level")
-    if not isinstance(script.get("turns"), list):
-        raise _fail(source, "top level", "'turns' must be a list of turns")
-    for key in ("name", "final"):
-        if key in script and not isinstance(script[key], str):
-            raise _fail(source, "top level", f"'{key}' must be a string")
-    for k, turn in enumerate(script["turns"]):
-        _check_turn(turn, source, f"turns[{k}]")
-    followups = script.get("followups", [])
-    if not isinstance(followups, list):
-        raise _fail(source, "top level", "'followups' must be a list of {turns, final?}")
-    for h, part in enumerate(followups):
-        where = f"followups[{h}]"
-        _check_keys(part, _FOLLOWUP_KEYS, source, where)
-        if not isinstance(part.get("turns", []), list):
-            raise _fail(source, where, "'turns' must be a list of turns")
-        if not isinstance(part.get("final", ""), str):
-            raise _fail(source, where, "'final' must be a string")
-        for k, turn in enumerate(part.get("turns", [])):
-            _check_turn(turn, source, f"{where}.turns[{k}]")
-    try:
-        clean: dict[str, Any] = json.loads(canonical_json(script))
-    except (TypeError, ValueError) as exc:
-        raise _fail(source, "value", f"not JSON-compatible: {exc}") from exc
-    clean.setdefault("name", "scripted")
-    return clean
-
-
-# --- history and templates --------------------------------------------------------------
+from effectgate.models._script import (
+    _DETAIL_CHARS,
+    _OPS,
+    _OUTCOMES,
+    _SUCCESS,
+    _TEMPLATE_RE,
+    DEFAULT_FINAL,
+    load_script,
+    validate_script,
+)
 
 
 class _Unresolved(Exception):
@@ -407,8 +286,6 @@ class ScriptedChatModel(BaseChatModel):
         Raises:
             ConfigError: the file is missing, unreadable or has a bad shape.
         """
-        from effectgate.models._factory import load_script
-
         return cls(script=load_script(str(path)), fresh_ids=fresh_ids)
 
     @classmethod
