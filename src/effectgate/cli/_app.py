@@ -11,7 +11,7 @@ import enum
 import getpass
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import typer.core
@@ -50,12 +50,13 @@ def _flag_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
     """
     if self.is_flag and not self.count:
         return None
-    return _typer_option_type(self, ctx)
+    shown: str | None = _typer_option_type(self, ctx)
+    return shown
 
 
 # Older typer (the lowest supported, 0.15) has no such hook and prints no
 # ``<bool>`` either, so there is nothing to patch there.
-_typer_option_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+_typer_option_type: Any = getattr(typer.core.TyperOption, "display_type_rich", None)
 if _typer_option_type is not None:
     typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
 
