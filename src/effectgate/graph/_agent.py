@@ -16,7 +16,6 @@ supervisor procedure of docs/architecture.md, "The runner":
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import re
 import sys
@@ -48,10 +47,11 @@ from effectgate.errors import ConfigError, DecisionError, LedgerError, ThreadBus
 from effectgate.graph._build import AgentParts, build_agent
 from effectgate.graph._messages import pending_calls
 from effectgate.graph._policy import Policy
+from effectgate.graph._prune import PrunePolicy, PruneReport, prune
 from effectgate.graph._saver import HeadState, StepDurableSaver, head_state
-from effectgate.graph._state import effect_node_name
+from effectgate.graph._state import RunStatus, effect_node_name
 from effectgate.ledger import Approval, Lease, Ledger, Operation, OpState, ThreadRecord
-from effectgate.retention import PrunePolicy, PruneReport, prune, refuse_deleted
+from effectgate.ledger._tombstones import refuse_deleted
 from effectgate.tools import ToolSpec
 
 __all__ = [
@@ -72,17 +72,6 @@ _TURN = "#turn-"
 
 _HISTORY_LOOKBACK = 500
 """Most checkpoints read back to find the review an answer names (an error path)."""
-
-
-class RunStatus(enum.StrEnum):
-    """Where a thread stands after a run call."""
-
-    DONE = "done"
-    WAITING_REVIEW = "waiting_review"
-    WAITING_RECONCILIATION = "waiting_reconciliation"
-    INCOMPLETE = "incomplete"
-    """Tasks remain (a model error, a drain on SIGTERM): ``resume`` continues."""
-    NOT_STARTED = "not_started"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

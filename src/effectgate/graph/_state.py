@@ -9,6 +9,7 @@ a reviewer of a durable side effect needs (docs/architecture.md, "The graph").
 from __future__ import annotations
 
 import copy
+import enum
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
@@ -448,3 +449,14 @@ def effect_node_name(tool: str) -> str:
     in node names, so the separator is a dot.
     """
     return f"effect.{tool}"
+
+
+class RunStatus(enum.StrEnum):
+    """Where a thread stands after a run call."""
+
+    DONE = "done"
+    WAITING_REVIEW = "waiting_review"
+    WAITING_RECONCILIATION = "waiting_reconciliation"
+    INCOMPLETE = "incomplete"
+    """Tasks remain (a model error, a drain on SIGTERM): ``resume`` continues."""
+    NOT_STARTED = "not_started"

@@ -11,17 +11,18 @@ import json
 from typing import TYPE_CHECKING
 
 from effectgate._app import StateDir
-from effectgate.testing.campaign._systems import EFFECT_LEDGER_DB, EFFECT_LEDGER_SCOPE, System
+from effectgate.testing.campaign._systems import (
+    EFFECT_LEDGER_DB,
+    EFFECT_LEDGER_SCOPE,
+    NOTE,
+    THREAD,
+    System,
+)
 
 if TYPE_CHECKING:
-    from effectgate.testing.campaign._harness import TrialResult
+    from effectgate.testing.campaign._trial import TrialResult
 
 __all__ = ["NOTE", "THREAD", "judge", "ledger_outcomes"]
-
-THREAD = "incident"
-"""The thread id every trial uses."""
-NOTE = "incidents/orders-error-rate.md"
-"""The note the workflow writes, relative to the workspace."""
 
 
 def judge(system: System, sd: StateDir, result: TrialResult) -> None:

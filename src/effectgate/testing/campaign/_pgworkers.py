@@ -44,12 +44,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effectgate._app import StateDir
-from effectgate.testing.campaign._oracle import NOTE
-from effectgate.testing.campaign._systems import EXIT_DONE, EXIT_HELD, TASK
+from effectgate.testing.campaign._reviewer import LEASE_TTL_S, review_until_settled
+from effectgate.testing.campaign._systems import EXIT_DONE, EXIT_HELD, NOTE, TASK
+from effectgate.testing.campaign._trial import TrialResult, TrialSpec, _Trial, _Worker
 
 if TYPE_CHECKING:
     from effectgate.testing.campaign._forkserver import ForkServer
-    from effectgate.testing.campaign._harness import TrialResult, TrialSpec, _Worker
 
 __all__ = ["LEASE_TTL_S", "THREADS", "WORKERS", "review_until_settled", "run_pg_workers_trial"]
 
@@ -57,12 +57,7 @@ WORKERS = 4
 """``effectgate worker`` processes per trial."""
 THREADS = 4
 """Threads submitted per trial (distinct thread ids ``t0``..)."""
-LEASE_TTL_S = 2.0
-"""``--lease-ttl`` of every worker and the reviewer, in seconds (a dead holder on this
-host is taken over at once; the TTL matters only when its death cannot be proven)."""
 _TRIAL_TIMEOUT_S = 180.0
-_REVIEW_TIMEOUT_S = 150.0
-_REVIEW_POLL_S = 0.05
 _POLL_S = 0.02
 _STOP_TIMEOUT_S = 30.0
 
@@ -106,71 +101,6 @@ def _prepare(sd: StateDir) -> list[str]:
     return threads
 
 
-def review_until_settled(state_dir: Path, lease_ttl_s: float = LEASE_TTL_S) -> int:
-    """The reviewer process: answer every pending review until every thread is settled.
-
-    Each answer is bound to the interrupt it answers (``answers={interrupt_id:
-    ...}``) and approves every call: each thread is meant to mail the on-call
-    engineer, so the ``possible_duplicate_of`` flag that names another
-    thread's identical mail is expected here (the external systems' own
-    records judge duplicates, not the reviewer). Answering
-    runs the thread on in this process, under its lease, as ``effectgate
-    resume`` does; a thread another process holds is looked at again later.
-
-    Args:
-        state_dir: the trial's state directory (bound to its PostgreSQL store).
-        lease_ttl_s: the reviewer's thread lease, in seconds.
-
-    Returns:
-        0 every thread done; 3 none left to run but some wait for a person
-        (reconciliation); 5 not settled within the timeout.
-    """
-    from effectgate._app import open_agent
-    from effectgate._workers import Readiness, readiness, report_line
-    from effectgate.errors import ThreadBusyError
-    from effectgate.testing.campaign._systems import EXIT_UNFINISHED, _endpoints
-
-    sd = StateDir.open(state_dir)
-    deadline = time.monotonic() + _REVIEW_TIMEOUT_S
-    with open_agent(sd, endpoints=_endpoints(sd), lease_ttl_s=lease_ttl_s) as agent:
-        while time.monotonic() < deadline:
-            done = held = 0
-            threads = [r.thread_id for r in agent.ledger.list_threads()]
-            for thread_id in threads:
-                if readiness(agent, thread_id) is Readiness.DONE:
-                    done += 1
-                    continue
-                pending = agent.status(thread_id).interrupts
-                answers = {
-                    p.id: {
-                        "decisions": [{"type": "approve"} for _ in p.value["action_requests"]],
-                        "reviewer": "campaign",
-                    }
-                    for p in pending
-                    if isinstance(p.value, dict) and p.value.get("type") == "review"
-                }
-                if pending and not answers:
-                    held += 1  # a reconciliation: a person's call, not the reviewer's
-                    continue
-                if not answers:
-                    continue  # new or unfinished: a worker's job
-                try:
-                    result = agent.resume(thread_id, answers=answers)
-                except ThreadBusyError:
-                    continue
-                report_line({"thread_id": thread_id, "reviewed": len(answers),
-                             "status": result.status.value})  # fmt: skip
-            if threads and done == len(threads):
-                report_line({"status": "done", "threads": done})
-                return EXIT_DONE
-            if threads and done + held == len(threads):
-                report_line({"status": "held", "threads": done, "held": held})
-                return EXIT_HELD
-            time.sleep(_REVIEW_POLL_S)
-    report_line({"status": "unfinished", "error": "not settled in time"})
-    return EXIT_UNFINISHED
-
-
 def _pid(worker: _Worker) -> int:
     proc: Any = worker.proc
     return int(proc.pid if hasattr(proc, "pid") else proc.process.pid)
@@ -180,8 +110,6 @@ class _Supervisor:
     """The trial's live processes: launch, replace the dead, kill at random, stop."""
 
     def __init__(self, spec: TrialSpec, sd: StateDir, result: TrialResult, server: Any) -> None:
-        from effectgate.testing.campaign._harness import _Trial
-
         self.spec = spec
         self.result = result
         self.trial = _Trial(spec, sd, result, random.Random(spec.seed), server)
@@ -322,7 +250,6 @@ def run_pg_workers_trial(
         psycopg.OperationalError: the PostgreSQL server cannot be reached.
     """
     from effectgate.demo.services import DemoServices
-    from effectgate.testing.campaign._harness import TrialResult
 
     started = time.monotonic()
     root = workdir / f"{spec.system.value}-{spec.scenario}-{spec.index:05d}"

@@ -45,13 +45,19 @@ __all__ = [
     "EXIT_DONE",
     "EXIT_HELD",
     "EXIT_UNFINISHED",
+    "NOTE",
     "TASK",
+    "THREAD",
     "DriveOptions",
     "System",
     "drive",
     "fork_checkpoint",
 ]
 
+THREAD = "incident"
+"""The thread id every trial uses."""
+NOTE = "incidents/orders-error-rate.md"
+"""The note the workflow writes, relative to the workspace."""
 TASK = "Check the order service's error rate and handle any incident."
 EFFECT_LEDGER_DB = "effects.sqlite3"
 """effect-ledger's SQLite store, inside the trial's state directory."""

@@ -45,7 +45,7 @@ def _wait_for(go_file: Path) -> None:
 def _pg_role(role: str, state_dir: Path, lease_ttl_s: float) -> int:
     """``effectgate worker`` itself (its command line, in this process), or the reviewer."""
     if role == "reviewer":
-        from effectgate.testing.campaign._pgworkers import review_until_settled
+        from effectgate.testing.campaign._reviewer import review_until_settled
 
         return review_until_settled(state_dir, lease_ttl_s)
     from effectgate.cli import main as cli
