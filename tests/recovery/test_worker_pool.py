@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from pathlib import Path
-from typing import IO
 
 from effectgate._app import StateDir
 from effectgate._workers import READY_LINE
 from tests.cli.conftest import catches, start, wait_for
+from tests.recovery._kit import Lines
 
 
 def _children(pid: int) -> set[int]:
@@ -60,28 +59,6 @@ def test_a_killed_worker_is_replaced_and_a_stop_ends_the_pool(state_dir: StateDi
     assert pool.returncode == 5, err  # stopped by SIGTERM: incomplete, as documented
     assert f"worker {victim} was killed (SIGKILL); started another" in err
     assert "Traceback" not in err
-
-
-class Lines:
-    """The lines a process writes to a pipe, read on a thread as they come."""
-
-    def __init__(self, pipe: IO[str]) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
-        self._thread.start()
-
-    def _read(self, pipe: IO[str]) -> None:
-        for line in pipe:
-            self.lines.append(line)
-
-    def has(self, fragment: str) -> bool:
-        """Whether a line read so far holds ``fragment``."""
-        return any(fragment in line for line in self.lines)
-
-    def text(self) -> str:
-        """Everything, once the pipe closed (the process ended)."""
-        self._thread.join(30)
-        return "".join(self.lines)
 
 
 def _summary(out: str) -> dict[str, object]:
