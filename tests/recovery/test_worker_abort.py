@@ -38,7 +38,8 @@ def test_a_second_sigterm_aborts_a_worker_inside_a_slow_call(
     signal was ignored until the running call ended (here 120 s), although
     docs/cli.md says a second signal aborts at once.
     """
-    script = write_script(tmp_path / "hold.json", [{"name": "run_shell", "args": {"command": _HOLD}}])
+    calls = [{"name": "run_shell", "args": {"command": _HOLD}}]
+    script = write_script(tmp_path / "hold.json", calls)
     model = f"scripted:{script}"
     with open_agent(state_dir, model=model) as agent:
         submit(agent, "hold the shell", thread_id="t")
