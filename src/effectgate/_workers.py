@@ -374,36 +374,34 @@ _RESTARTS_PER_MINUTE = 10
 """Replacements of killed workers allowed in any 60 s: past it the pool stops replacing them."""
 
 
-def stop_from_signal(stop: threading.Event, agent: Any, signum: int) -> threading.Thread:
-    """What a worker's SIGINT / SIGTERM handler does: set ``stop``, ask the run to stop.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    Done from a new thread, never in the handler itself: the handler runs in
-    the main thread between two bytecodes, possibly while that thread holds
-    ``stop``'s own lock (inside ``stop.wait``), and ``Event.set`` takes that
-    lock, so setting it there can deadlock the worker for good (seen once
-    under a process-group SIGTERM). The thread waits for the lock instead.
 
-    Args:
-        stop: the worker loop's stop event.
-        agent: the worker's agent (``request_stop(reason)``).
-        signum: the signal received.
+def _spawn(
+    command: Sequence[str], env: Mapping[str, str] | None, into: list[subprocess.Popen[bytes]]
+) -> None:
+    """Start one worker process into ``into``, SIGINT and SIGTERM blocked until it handles them.
 
-    Returns:
-        The started thread (tests join it).
+    A child inherits the signal mask across ``exec``; the CLI unblocks the
+    two signals right after installing its handler (``effectgate.cli.main``),
+    so a stop the pool passes on while a child is still starting Python is
+    delivered then, and handled, instead of killing it with no summary. The
+    pool's own handler is held off too until the child is in ``into``, so
+    it passes the stop on to that child as well.
     """
-    reason = f"worker stopping ({signal.Signals(signum).name})"
-
-    def deliver() -> None:
-        stop.set()
-        agent.request_stop(reason)
-
-    thread = threading.Thread(target=deliver, name="effectgate-worker-stop", daemon=True)
-    thread.start()
-    return thread
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        into.append(subprocess.Popen(command, env=None if env is None else dict(env)))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def run_worker_processes(
-    argv: Sequence[str], processes: int, *, env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    processes: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> int:
     """Run ``processes`` copies of the worker command line, replacing any killed; return the exit.
 
@@ -423,6 +421,9 @@ def run_worker_processes(
             such as the ``--store`` URL goes here, never on ``argv``: any
             user of the machine reads a process's argv (``ps``,
             ``/proc/PID/cmdline``), only its owner its environment.
+        stopped: whether a stop came before this pool's handler was in place
+            (the CLI's ``STOPPER.requested``); then no worker is started and
+            the pool returns 5.
 
     Returns:
         The worst exit status of the children, a death by a signal counted as
@@ -431,19 +432,29 @@ def run_worker_processes(
     """
     command = [sys.executable, "-m", "effectgate.cli", *argv]
     environ = None if env is None else dict(env)
-    children = [subprocess.Popen(command, env=environ) for _ in range(processes)]
-    stopping = threading.Event()
+    children: list[subprocess.Popen[bytes]] = []
+    # A plain flag, never an Event: ``Event.set`` in the handler deadlocks if
+    # the signal lands while the main thread holds the Event's lock.
+    stopping: list[int] = []
     restarts: list[float] = []
 
     def forward(signum: int, _frame: Any) -> None:
-        stopping.set()
+        stopping.append(signum)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, forward) for s in _STOP_SIGNALS}
     codes: list[int] = []
     try:
+        if stopped is not None and stopped():
+            from effectgate.cli._exit import ExitCode
+
+            stopping.append(0)  # stopped while the pool was starting: start no worker
+            codes.append(int(ExitCode.INCOMPLETE))
+        for _ in range(processes):
+            if not stopping:
+                _spawn(command, environ, children)
         while children:
             for child in list(children):
                 code = child.poll()
@@ -452,11 +463,11 @@ def run_worker_processes(
                 children.remove(child)
                 now = time.monotonic()
                 restarts[:] = [t for t in restarts if now - t < 60.0]
-                if code < 0 and not stopping.is_set():
+                if code < 0 and not stopping:
                     name = signal.Signals(-code).name if -code in signal.valid_signals() else code
                     if len(restarts) < _RESTARTS_PER_MINUTE:
                         restarts.append(now)
-                        children.append(subprocess.Popen(command, env=environ))
+                        _spawn(command, environ, children)
                         print(
                             f"effectgate worker: worker {child.pid} was killed ({name}); "
                             "started another",
@@ -472,7 +483,7 @@ def run_worker_processes(
                     )
                 codes.append(1 if code < 0 else code)
             if children:
-                stopping.wait(0.1)
+                time.sleep(0.1)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -610,27 +621,49 @@ def worker_main(
         env = dict(os.environ)
         if store:
             env["EFFECTGATE_STORE"] = store  # the envvar of the CLI's --store
-        return run_worker_processes(argv, processes, env=env)
+        from effectgate.cli._signals import STOPPER
+
+        return run_worker_processes(argv, processes, env=env, stopped=lambda: STOPPER.requested)
     opts = WorkerOptions(approve=approve, until_idle=until_idle)
     options: dict[str, Any] = {"model": model, "endpoints": endpoints}
     if recipe is not None:  # the recipe's tools, policy, prompt; its model, else --model
         options = {"model": recipe.model or model, **recipe_options(recipe)}
+    from effectgate.cli._exit import ExitCode
+    from effectgate.cli._signals import STOPPER
+
+    say = report_line if json_out else report_text
+    runs = 0
     with open_agent(sd, lease_ttl_s=lease_ttl_s, **options) as agent:
         stop = threading.Event()
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            stop_from_signal(stop, agent, signum)
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            say = report_line if json_out else report_text
-            refuses = _refuses(sd, agent_spec, model if recipe is None else None)
-            runs = work(agent, opts, say=say, stop=stop, refuses=refuses)
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-        say({"worker": agent.worker, "runs": runs, "stopped": stop.is_set()})
-    from effectgate.cli._exit import ExitCode
-
+        # The CLI's one handler (``STOPPER``, installed before anything else)
+        # has seen every signal since the process began; a stop that came
+        # during start-up is read here, and one during a run reaches both the
+        # loop and the run through ``_LoopStop`` (from a thread of its own:
+        # see ``stop_from_signal``). A second signal aborts (the handler).
+        with STOPPER.running(_LoopStop(stop, agent)):
+            if not STOPPER.requested:
+                print(READY_LINE.format(worker=agent.worker), file=sys.stderr, flush=True)
+                refuses = _refuses(sd, agent_spec, model if recipe is None else None)
+                runs = work(agent, opts, say=say, stop=stop, refuses=refuses)
+        say({"worker": agent.worker, "runs": runs, "stopped": STOPPER.requested})
     # Stopped by SIGINT / SIGTERM: incomplete, as every command the table documents.
-    return int(ExitCode.INCOMPLETE if stop.is_set() else ExitCode.DONE)
+    return int(ExitCode.INCOMPLETE if STOPPER.requested else ExitCode.DONE)
+
+
+READY_LINE = "effectgate worker: ready ({worker}); SIGINT or SIGTERM stops it"
+"""The stderr line a worker prints once it has opened the store and takes threads.
+
+Documented (docs/postgres.md): a supervisor or a test may wait for it. A stop
+at any moment, before or after it, ends the worker with its summary line."""
+
+
+class _LoopStop:
+    """What a worker's stop request does: end the loop (no new run) and the current run."""
+
+    def __init__(self, stop: threading.Event, agent: Agent) -> None:
+        self._stop, self._agent = stop, agent
+
+    def request_stop(self, reason: str = "worker stopping") -> None:
+        """Set the loop's stop event, then ask the agent's current run to stop."""
+        self._stop.set()
+        self._agent.request_stop(reason)

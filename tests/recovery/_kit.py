@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tests.cli.conftest import cli_env
 
@@ -76,3 +77,25 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) 
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         time.sleep(0.02)
+
+
+class Lines:
+    """The lines a process writes to a pipe, read on a thread as they come."""
+
+    def __init__(self, pipe: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe: IO[str]) -> None:
+        for line in pipe:
+            self.lines.append(line)
+
+    def has(self, fragment: str) -> bool:
+        """Whether a line read so far holds ``fragment``."""
+        return any(fragment in line for line in self.lines)
+
+    def text(self) -> str:
+        """Everything, once the pipe closed (the process ended)."""
+        self._thread.join(30)
+        return "".join(self.lines)

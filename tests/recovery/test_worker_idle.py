@@ -150,8 +150,9 @@ def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
 
 
 _HELD_LOCK = """
-import signal, threading
-from effectgate._workers import stop_from_signal
+import os, signal, threading
+from effectgate._workers import _LoopStop
+from effectgate.cli._signals import STOPPER, Mode
 
 class Agent:
     reasons = []
@@ -159,15 +160,22 @@ class Agent:
         self.reasons.append(reason)
 
 stop, agent = threading.Event(), Agent()
-with stop._cond:  # where the main thread is when the signal lands inside stop.wait()
-    thread = stop_from_signal(stop, agent, signal.SIGTERM)
-thread.join(5)
-print(stop.is_set(), agent.reasons)
+with STOPPER.command(Mode.GRACEFUL, lambda text: None, reads_stop=True):
+    with STOPPER.running(_LoopStop(stop, agent)):
+        with stop._cond:  # where the main thread is when the signal lands inside stop.wait()
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, under the lock
+            held = stop.is_set()
+        stop.wait(5)
+print(held, stop.is_set(), agent.reasons[:1])
 """
 
 
 def test_a_worker_signal_landing_inside_stop_wait_cannot_deadlock() -> None:
-    """The handler works in a thread: ``Event.set`` under the held lock used to hang for good."""
+    """The handler never sets the loop's event: ``Event.set`` under the held lock hangs for good.
+
+    The worker's loop waits on ``stop``; the CLI's handler only marks the
+    stop, and a thread of its own sets ``stop`` (``STOPPER.running``).
+    """
     import subprocess
     import sys
 
@@ -175,4 +183,4 @@ def test_a_worker_signal_landing_inside_stop_wait_cannot_deadlock() -> None:
         [sys.executable, "-c", _HELD_LOCK], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "True ['worker stopping (SIGTERM)']"
+    assert done.stdout.strip() == "False True ['stopped by SIGTERM']"

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 
 from effectgate._app import StateDir
-from tests.cli.conftest import start
+from effectgate._workers import READY_LINE
+from tests.cli.conftest import catches, start, wait_for
+from tests.recovery._kit import Lines
 
 
 def _children(pid: int) -> set[int]:
@@ -58,15 +61,81 @@ def test_a_killed_worker_is_replaced_and_a_stop_ends_the_pool(state_dir: StateDi
     assert "Traceback" not in err
 
 
+def _summary(out: str) -> dict[str, object]:
+    """The worker's last stdout line: its JSON summary (fails if anything else is there)."""
+    *_, last = out.splitlines()
+    summary = json.loads(last)
+    assert set(summary) == {"worker", "runs", "stopped"}, summary
+    return summary
+
+
 def test_a_worker_stopped_between_runs_exits_5_as_documented(state_dir: StateDir) -> None:
-    """SIGTERM to an idle worker: exit 5 (stopped by a signal), not 0 (a fresh user saw 0)."""
+    """SIGTERM to an idle worker: exit 5 (stopped by a signal), not 0 (a fresh user saw 0).
+
+    The signal goes once the worker said it is ready (its documented stderr
+    line), not after a fixed sleep: on a loaded machine 2 s was sometimes
+    still start-up, which then ended in an error line instead of the summary.
+    """
+    worker = start("worker", "--state-dir", str(state_dir.root), "--json")
+    assert worker.stdout is not None and worker.stderr is not None
+    out, err = Lines(worker.stdout), Lines(worker.stderr)
+    try:
+        wait_for(lambda: err.has(READY_LINE.split(" (")[0]), worker, "the worker is ready")
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 5, err.text()
+    summary = _summary(out.text())
+    assert summary["runs"] == 0 and summary["stopped"] is True
+    assert "SIGTERM: stopping" in err.text()
+
+
+def test_a_worker_stopped_during_start_up_ends_with_its_summary(state_dir: StateDir) -> None:
+    """SIGTERM the moment the CLI handles signals (long before the store is open): summary, exit 5.
+
+    Before, a stop before the worker had opened its agent ended in
+    ``error (incomplete, exit 5): stopped by SIGTERM`` and, with ``--json``,
+    an error object instead of the worker's ``{"worker", "runs", "stopped"}``
+    line; a script reading the summary found none.
+    """
     worker = start("worker", "--state-dir", str(state_dir.root), "--json")
     try:
-        time.sleep(2.0)  # started, and polling an empty ledger
+        wait_for(lambda: catches(worker.pid, signal.SIGTERM), worker, "the handler is installed")
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=60)
     finally:
         if worker.poll() is None:
             worker.kill()
     assert worker.returncode == 5, err
-    assert '"stopped": true' in out
+    assert "error" not in err and "Traceback" not in err, err
+    summary = _summary(out)
+    assert summary["runs"] == 0 and summary["stopped"] is True
+    assert len(out.splitlines()) == 1, out
+
+
+def test_a_pool_stopped_as_it_starts_its_workers_ends_each_with_its_summary(
+    state_dir: StateDir,
+) -> None:
+    """SIGTERM to a pool while its children are still starting Python: each ends with exit 5.
+
+    The children start with SIGINT / SIGTERM blocked until their handler is
+    in place, so the stop the pool passes on is never a death by SIGTERM
+    (the pool said exit 1 for such a child, a signal it counts as a crash).
+    """
+    pool = start("worker", "--processes", "2", "--state-dir", str(state_dir.root), "--json")
+    try:
+        _wait_for(lambda: len(_children(pool.pid)) == 2)
+        pool.send_signal(signal.SIGTERM)
+        out, err = pool.communicate(timeout=60)
+    finally:
+        if pool.poll() is None:
+            for child in _children(pool.pid):
+                os.kill(child, signal.SIGKILL)
+            pool.kill()
+    assert pool.returncode == 5, err
+    assert "Traceback" not in err and "error" not in err, err
+    summaries = [json.loads(line) for line in out.splitlines()]
+    assert len(summaries) == 2, out
+    assert all(s["stopped"] is True and s["runs"] == 0 for s in summaries), summaries

@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # First thing: from here on no SIGINT / SIGTERM kills the process silently
     # (importing typer, rich and the commands takes a noticeable moment).
     STOPPER.install()
+    # A worker pool starts its children with both signals blocked (so that a
+    # stop passed on during their start-up is not lost): handled from here.
+    STOPPER.unblock()
     _quiet_missing_node_warning()
     from effectgate.cli._app import app
 

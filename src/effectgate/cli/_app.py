@@ -745,7 +745,9 @@ def worker(
     from effectgate._workers import worker_main
 
     output = Output(json_mode=json_out)
-    with handled(output):
+    # A stop at any moment of start-up ends the worker with its summary and
+    # exit 5, as a stop between runs does; a second signal aborts at once.
+    with handled(output, mode=Mode.GRACEFUL, reads_stop=True):
         code = worker_main(
             state_dir,
             store=store,

@@ -128,6 +128,7 @@ def handled(
     thread_id: str | None = None,
     state_dir: Path | None = None,
     mode: Mode = Mode.IMMEDIATE,
+    reads_stop: bool = False,
 ) -> Iterator[None]:
     """End the command with the exit code of the error that escapes the block.
 
@@ -143,12 +144,15 @@ def handled(
         state_dir: where the thread lives (``--state-dir`` as given), for the
             resume hint; ``None`` for commands that run no thread.
         mode: what the first signal does while the block runs.
+        reads_stop: the block reads ``STOPPER.requested`` itself and ends with
+            its own summary (``worker``): a signal that came while the command
+            line was parsed does not end it before it starts.
 
     Raises:
         typer.Exit: always, when an error was handled.
     """
     try:
-        with STOPPER.command(mode, output.note):
+        with STOPPER.command(mode, output.note, reads_stop=reads_stop):
             yield
     except EffectgateError as exc:
         code = code_for_error(exc)

@@ -8,10 +8,12 @@ depends on the stage the command is in (``Mode``):
   refuses to start when it begins, and ends with exit 5. A second signal
   here ends the process with exit 5 at once.
 - ``IMMEDIATE`` (read-only commands): raise ``KeyboardInterrupt`` at once.
-- ``GRACEFUL`` (``demo``, ``run``, ``resume``): the first signal asks the
-  running graph to stop at the next superstep boundary (``Agent.request_stop``),
-  or, at an interactive prompt, leaves the review pending; no new run starts.
-  A second signal of either kind aborts at once (``KeyboardInterrupt``).
+- ``GRACEFUL`` (``demo``, ``run``, ``resume``, ``worker``): the first signal
+  asks the running graph to stop at the next superstep boundary
+  (``Agent.request_stop``), or, at an interactive prompt, leaves the review
+  pending; no new run starts. It says so in one note on stderr (the sign that
+  it was seen). A second signal of either kind aborts at once
+  (``KeyboardInterrupt``), even inside a tool call.
 
 Either way the command ends with exit 5 (INCOMPLETE); every effect that
 started is in the ledger, so aborting is as safe as ``kill -9`` (the dispatch protocol).
@@ -91,6 +93,14 @@ class Stopper:
             return False
         return True
 
+    def unblock(self) -> None:
+        """Deliver SIGINT and SIGTERM to the handlers again if this thread had them blocked.
+
+        A process started with them blocked (a worker pool's child, see
+        ``effectgate._workers``) receives any that came meanwhile now.
+        """
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
     def uninstall(self) -> None:
         """Put back the handlers found by ``install``."""
         if self._previous is not None:
@@ -107,12 +117,22 @@ class Stopper:
         self.mode = Mode.DEFER
 
     @contextlib.contextmanager
-    def command(self, mode: Mode, say: Callable[[str], None]) -> Iterator[None]:
-        """Run a command body in ``mode``; raise ``KeyboardInterrupt`` if a stop came first."""
+    def command(
+        self, mode: Mode, say: Callable[[str], None], *, reads_stop: bool = False
+    ) -> Iterator[None]:
+        """Run a command body in ``mode``; raise ``KeyboardInterrupt`` if a stop came first.
+
+        Args:
+            mode: what the first signal does while the body runs.
+            say: where the first signal's note goes (``GRACEFUL``).
+            reads_stop: the body reads ``requested`` itself and ends with its
+                own summary (``effectgate worker``): a stop that came first
+                (while the command line was parsed) does not raise.
+        """
         installed_here = self._previous is None and self.install()
         self.mode, self.say = mode, say
         try:
-            if self.requested:
+            if self.requested and not reads_stop:
                 raise KeyboardInterrupt
             yield
         finally:
