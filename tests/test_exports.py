@@ -44,6 +44,7 @@ PUBLIC = {
         "ConfigError",
         "DecisionError",
         "EffectgateError",
+        "FollowUpError",
         "IllegalTransitionError",
         "IntentConflictError",
         "LedgerBusyError",

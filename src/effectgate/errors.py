@@ -45,6 +45,7 @@ __all__ = [
     "ConfigError",
     "DecisionError",
     "EffectgateError",
+    "FollowUpError",
     "IllegalTransitionError",
     "IntentConflictError",
     "LedgerBusyError",
@@ -69,6 +70,16 @@ class EffectgateError(Exception):
 
 class ConfigError(EffectgateError):
     """Bad flags, environment or state directory; raised before any I/O."""
+
+
+class FollowUpError(ConfigError, ValueError):
+    """A follow-up message refused: something waits that the message cannot close.
+
+    Raised by ``answers.follow_up_plan`` on every follow-up path
+    (``Agent.send``, the agent node, ``EffectGateMiddleware.before_model``);
+    the text names each waiting call (tool and operation id, state and
+    attempt) or interrupt, and how to answer it.
+    """
 
 
 class LedgerError(EffectgateError):
