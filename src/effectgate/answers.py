@@ -50,6 +50,7 @@ from effectgate.errors import DecisionError, FollowUpError
 from effectgate.ledger import Approval, Ledger, Operation, OpState
 
 __all__ = [
+    "RESOLVED",
     "SUPERSEDED",
     "SUPERSEDED_BY",
     "AnswerOutcome",
@@ -1069,6 +1070,9 @@ def started(state: OpState) -> bool:
     """Whether an operation in ``state`` may already have taken effect."""
     return state in _STARTED
 
+
+RESOLVED = "resolved by the reviewer without running"
+"""The reason recorded for each call of a review answered ``Command(goto="__end__")``."""
 
 SUPERSEDED = "Superseded by a new message from the user; the tool was not executed."
 """What a call closed by a follow-up message is answered (``close_for_follow_up``)."""
