@@ -53,6 +53,7 @@ PUBLIC = {
         "LedgerError",
         "NotAccepted",
         "OperationBusyError",
+        "OrphanedOperationError",
         "OutcomeUnknown",
         "Rejected",
         "SchemaVersionError",

@@ -30,7 +30,7 @@ these rules bind effectgate's own API and CLI. Imports no LangGraph.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -46,8 +46,8 @@ from pydantic import (
 )
 
 from effectgate._verdicts import Verdict
-from effectgate.errors import DecisionError, FollowUpError
-from effectgate.ledger import Approval, Ledger, Operation, OpState
+from effectgate.errors import DecisionError, FollowUpError, OrphanedOperationError
+from effectgate.ledger import UNFINISHED, Approval, Ledger, Operation, OpState
 
 __all__ = [
     "RESOLVED",
@@ -65,6 +65,7 @@ __all__ = [
     "as_payload",
     "bind_decisions",
     "bind_shown_flags",
+    "check_no_orphans",
     "check_review_answer",
     "close_for_follow_up",
     "decision_allowed",
@@ -75,6 +76,7 @@ __all__ = [
     "follow_up_plan",
     "never_started",
     "new_flags",
+    "orphaned_operations",
     "pending_line",
     "question_text",
     "recorded_decision",
@@ -1249,3 +1251,67 @@ def close_for_follow_up(
     ]
     if approvals:
         ledger.record_review([], approvals)
+
+
+def orphaned_operations(
+    ledger: Ledger,
+    thread_id: str,
+    call_ids: Collection[str],
+    pending: Sequence[PendingLike] = (),
+) -> list[Operation]:
+    """Operations of a thread's calls left unfinished with no interrupt pending for them.
+
+    A run that ends (or stops at interrupts) must leave each operation of its
+    own calls either finished or named by a pending review or
+    reconciliation. One that is not was lost to a swallowed interrupt: a
+    tool wrapper catching ``Exception`` caught LangGraph's ``GraphInterrupt``
+    (an ``Exception`` subclass), answered the call with its own message, and
+    the run went on. Only calls in the history count, so operations of a
+    branch a replay left behind are not reported.
+
+    Args:
+        ledger: read for the thread's unfinished operations.
+        thread_id: the thread.
+        call_ids: the tool-call ids of the history's AI messages.
+        pending: the interrupts pending now (their operations are not orphans).
+
+    Returns:
+        The orphaned operations, in ledger order.
+    """
+    asked = {str(item.value.get("operation_id")) for item in pending}
+    for item in pending:
+        asked |= {str(a.get("operation_id")) for a in item.value.get("action_requests", ())}
+    return [
+        op
+        for op in ledger.list(thread_id=thread_id, states=UNFINISHED)
+        if op.tool_call_id in call_ids and op.operation_id not in asked
+    ]
+
+
+def check_no_orphans(
+    ledger: Ledger,
+    thread_id: str,
+    call_ids: Collection[str],
+    pending: Sequence[PendingLike] = (),
+) -> None:
+    """Fail closed on ``orphaned_operations``: raise naming each, or return.
+
+    Raises:
+        OrphanedOperationError: some operation waits for nobody; the text
+            names operation, tool, state and attempt, the likely cause and
+            the fix.
+    """
+    orphans = orphaned_operations(ledger, thread_id, call_ids, pending)
+    if not orphans:
+        return
+    named = ", ".join(
+        f"{op.tool} ({op.operation_id}, {op.state.value} at attempt {op.attempt})" for op in orphans
+    )
+    raise OrphanedOperationError(
+        f"thread {thread_id!r} ended with operation(s) still waiting for a person and no "
+        f"review or reconciliation pending: {named}. An interrupt was swallowed: a tool "
+        "wrapper (wrap_tool_call) that catches Exception also catches LangGraph's "
+        "GraphInterrupt; re-raise langgraph.errors.GraphBubbleUp in it. Nothing more runs "
+        "for these operations until they are answered (effectgate ledger show OPERATION)",
+        operation_ids=[op.operation_id for op in orphans],
+    )

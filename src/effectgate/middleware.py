@@ -63,6 +63,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
 from effectgate._clock import Clock, SystemClock
+from effectgate.answers import check_no_orphans
 from effectgate.graph._blocks import build_parts, ensure_call_ids
 from effectgate.graph._follow_up import before_follow_up, close_open_calls, follow_up_index
 from effectgate.graph._messages import error_message, last_ai_message, pending_calls
@@ -246,6 +247,34 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         if command.goto == END:
             out["jump_to"] = "end"
         return out
+
+    def after_agent(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Fail closed when the run ends with an operation of its calls waiting for nobody.
+
+        A wrapper around this middleware's ``wrap_tool_call`` that catches
+        ``Exception`` swallows the re-review or reconciliation interrupt of a
+        call (``GraphInterrupt`` is an ``Exception``); the run would end
+        ``done`` with the operation ``PROPOSED`` forever. Runs only when the
+        agent finishes, never at an interrupt.
+
+        Raises:
+            OrphanedOperationError: names each such operation
+                (``answers.check_no_orphans``).
+        """
+        call_ids = {
+            str(c.get("id"))
+            for m in state["messages"]
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+        }
+        check_no_orphans(self.ledger, _thread_id(get_config()), call_ids)
+        return None
+
+    async def aafter_agent(
+        self, state: EffectGateState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """``after_agent`` for ``ainvoke``/``astream``."""
+        return self.after_agent(state, runtime)
 
     @hook_config(can_jump_to=["end"])
     async def aafter_model(

@@ -72,9 +72,7 @@ def test_new_input_while_a_review_waits_supersedes_it_and_the_thread_goes_on(
         (action,) = review.value["action_requests"]
         _approve_in_ledger(agent, action, claim=False)  # APPROVED, attempt 0: never started
 
-        agent.graph.invoke(
-            {"messages": [HumanMessage(ALSO_LEAD)]}, _config("c"), durability="sync"
-        )
+        agent.graph.invoke({"messages": [HumanMessage(ALSO_LEAD)]}, _config("c"), durability="sync")
 
         status = agent.status("c")
         assert status.status is RunStatus.DONE, status.error
@@ -87,9 +85,7 @@ def test_new_input_while_a_review_waits_supersedes_it_and_the_thread_goes_on(
         payload = json.loads(str(answer.content))
         assert (payload["status"], payload["executed"]) == ("superseded", False)
         assert payload["operation_id"] == action["operation_id"]
-        follow_up = next(
-            i for i, m in enumerate(messages) if isinstance(m, HumanMessage) and i > 0
-        )
+        follow_up = next(i for i, m in enumerate(messages) if isinstance(m, HumanMessage) and i > 0)
         assert messages.index(answer) < follow_up
         assert history_problems(messages, allow_pending=False) == []
 
@@ -126,9 +122,7 @@ def test_new_input_while_a_first_review_waits_answers_the_call_superseded(
         waiting = agent.start(TASK, thread_id="c")
         (review,) = waiting.interrupts
         (action,) = review.value["action_requests"]
-        agent.graph.invoke(
-            {"messages": [HumanMessage(ALSO_LEAD)]}, _config("c"), durability="sync"
-        )
+        agent.graph.invoke({"messages": [HumanMessage(ALSO_LEAD)]}, _config("c"), durability="sync")
         status = agent.status("c")
         messages = agent.messages("c")
         assert agent.ledger.get(action["operation_id"]) is None
