@@ -18,7 +18,13 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from effectgate.answers import (
@@ -86,14 +92,10 @@ def _open_calls(
             continue
         op_id = shown.get(call_id)
         spec = specs.get(name)
-        if (
-            op_id is None
-            and spec is not None
-            and not spec.is_read
-            and isinstance(call.get("args"), Mapping)
-        ):
+        raw = call.get("args")
+        if op_id is None and spec is not None and not spec.is_read and isinstance(raw, Mapping):
             try:
-                args = spec.normalize(call["args"], tool_call_id=call_id)
+                args = spec.normalize(raw, tool_call_id=call_id)
             except ToolCallError:
                 args = None  # a malformed call never reached the ledger
             if args is not None:
@@ -169,7 +171,7 @@ def close_open_calls(
 
 def before_follow_up(
     messages: Sequence[AnyMessage], idx: int, answers: Sequence[ToolMessage]
-) -> tuple[list[AnyMessage], list[AnyMessage]]:
+) -> tuple[list[AnyMessage], list[BaseMessage]]:
     """Place ``answers`` right after the AI message at ``idx`` and its tool messages.
 
     Returns:
