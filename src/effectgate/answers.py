@@ -15,6 +15,13 @@ node's verdicts, ``Agent.resume``, the CLI, ``Dispatcher.apply_verdict``):
   decision, and the refusal is written to the ledger as an event.
 - **Verdicts.** One validation (``VerdictModel``, pydantic) on every path;
   a verdict is bound to the attempt it was given for.
+- **Follow-ups.** A new human message while calls wait for an answer is
+  judged by one rule (``follow_up_plan``) on every path (``Agent.send``, the
+  graph's agent node a LangGraph client's new input reaches, the
+  middleware's ``before_model``): calls whose operation provably never
+  started are closed as superseded (``close_for_follow_up``); anything that
+  may have started, or a reconciliation, refuses the message
+  (``FollowUpError``).
 
 The raw compiled graph keeps LangGraph's own ``Command(resume=...)`` rules:
 these rules bind effectgate's own API and CLI. Imports no LangGraph.
@@ -23,8 +30,9 @@ these rules bind effectgate's own API and CLI. Imports no LangGraph.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import (
@@ -38,11 +46,16 @@ from pydantic import (
 )
 
 from effectgate._verdicts import Verdict
-from effectgate.errors import DecisionError
-from effectgate.ledger import Ledger, OpState
+from effectgate.errors import DecisionError, FollowUpError, OrphanedOperationError
+from effectgate.ledger import UNFINISHED, Approval, Ledger, Operation, OpState
 
 __all__ = [
+    "RESOLVED",
+    "SUPERSEDED",
+    "SUPERSEDED_BY",
     "AnswerOutcome",
+    "Closing",
+    "OpenCall",
     "OneAnswerEach",
     "PendingLike",
     "REVIEW_FLAGS",
@@ -52,13 +65,19 @@ __all__ = [
     "as_payload",
     "bind_decisions",
     "bind_shown_flags",
+    "check_no_orphans",
     "check_review_answer",
+    "close_for_follow_up",
     "decision_allowed",
     "describe_pending",
     "description_flags",
     "flag_text",
     "flags_of",
+    "follow_up_plan",
+    "never_started",
     "new_flags",
+    "orphaned_operations",
+    "pending_line",
     "question_text",
     "recorded_decision",
     "recorded_verdict",
@@ -1052,3 +1071,247 @@ def settle_verdict(
 def started(state: OpState) -> bool:
     """Whether an operation in ``state`` may already have taken effect."""
     return state in _STARTED
+
+
+RESOLVED = "resolved by the reviewer without running"
+"""The reason recorded for each call of a review answered ``Command(goto="__end__")``."""
+
+SUPERSEDED = "Superseded by a new message from the user; the tool was not executed."
+"""What a call closed by a follow-up message is answered (``close_for_follow_up``)."""
+
+SUPERSEDED_BY = "effectgate: superseded by a new message"
+"""The reviewer the ledger records for an operation a follow-up message withdrew."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenCall:
+    """A tool call of the history that no tool message answers yet."""
+
+    tool_call_id: str
+    tool: str
+    operation_id: str | None = None
+    """The operation the call was shown under (its review), if known."""
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """One call a follow-up closes, with the operation it opened (``None``: none yet)."""
+
+    call: OpenCall
+    operation: Operation | None
+
+
+def never_started(op: Operation) -> bool:
+    """Proof from the ledger that an operation never ran (nor may run under this approval)."""
+    if op.state is OpState.REJECTED:
+        return True
+    return op.state in (OpState.PROPOSED, OpState.APPROVED) and op.attempt == 0
+
+
+def pending_line(item: PendingLike) -> str:
+    """One pending interrupt in words: ``review ID of tool (op)``, a question, a reconciliation."""
+    if item.kind == "question":
+        return f"question {item.id}: {question_text(item.value.get('question'))}"
+    if item.kind == "review":
+        calls = ", ".join(
+            f"{a.get('name')} ({a.get('operation_id')})"
+            for a in item.value.get("action_requests", [])
+        )
+        return f"review {item.id} of {calls}"
+    return (
+        f"reconciliation of {item.value.get('tool')} ({item.value.get('operation_id')}), "
+        f"attempt {item.value.get('attempt')}"
+    )
+
+
+def _operations_of(ledger: Ledger, thread_id: str, call: OpenCall) -> list[Operation]:
+    """The operations a call may have reached: the one it was shown under, those it opened."""
+    found: dict[str, Operation] = {}
+    if call.operation_id is not None:
+        op = ledger.get(call.operation_id)
+        if op is not None:
+            found[op.operation_id] = op
+    for op in ledger.list(thread_id=thread_id):
+        if op.tool_call_id == call.tool_call_id:
+            found.setdefault(op.operation_id, op)
+    return list(found.values())
+
+
+def follow_up_plan(
+    ledger: Ledger,
+    thread_id: str,
+    calls: Sequence[OpenCall],
+    *,
+    waiting: Sequence[PendingLike] = (),
+    supersede: bool = True,
+) -> list[Closing]:
+    """Decide what a follow-up message does to the calls still waiting: the one rule.
+
+    A call is closed (superseded) only with the ledger's proof that its
+    operation never started (``never_started``: no operation, ``PROPOSED``,
+    ``APPROVED`` at attempt 0, or ``REJECTED``). A call whose operation may
+    have started (``IN_FLIGHT``, ``UNKNOWN``, any attempt above 0, a
+    receipt), and any interrupt that is not a review (a reconciliation, a
+    tool's question), refuses the message: closing it would tell the model
+    "not executed" about an effect that may exist.
+
+    Args:
+        ledger: read for each call's operations.
+        thread_id: the thread the message is for.
+        calls: every call of the history no tool message answers.
+        waiting: the interrupts pending, when the caller can read them
+            (``Agent.send``); a graph node that runs after new input no
+            longer sees them and passes none.
+        supersede: ``False`` refuses any waiting call or interrupt
+            (``Agent.send`` without ``supersede=True``); the graph and the
+            middleware pass ``True``: the message is in the state already.
+
+    Returns:
+        The calls to close, in order, each with the operation it opened, if any.
+
+    Raises:
+        FollowUpError: something waits that the message may not close; the
+            text names it (tool and operation id, state and attempt, or the
+            interrupt) and how to answer it.
+    """
+    blocking = [item for item in waiting if item.kind != "review"]
+    if waiting and (blocking or not supersede):
+        also = (
+            ""
+            if blocking
+            else "; or send with supersede=True (--supersede) to answer calls that never "
+            "started as superseded"
+        )
+        raise FollowUpError(
+            f"thread {thread_id!r} is waiting: {'; '.join(map(pending_line, waiting))}. "
+            "Answer it first (Agent.resume with answers=, or effectgate resume "
+            f"--thread {thread_id}){also}"
+        )
+    if calls and not supersede:
+        named = ", ".join(f"{c.tool} ({c.operation_id or c.tool_call_id})" for c in calls)
+        raise FollowUpError(
+            f"thread {thread_id!r} has calls no tool message answers: {named}; answer them first"
+        )
+    plan: list[Closing] = []
+    for call in calls:
+        ops = _operations_of(ledger, thread_id, call)
+        for op in ops:
+            if not never_started(op):
+                raise FollowUpError(
+                    f"thread {thread_id!r}: {call.tool} ({op.operation_id}) is "
+                    f"{op.state.value} at attempt {op.attempt} and may have started: it is "
+                    "never superseded by a new message; answer its review or reconciliation "
+                    f"first (effectgate pending, effectgate resume --thread {thread_id})"
+                )
+        own = [o for o in ops if (o.thread_id, o.tool_call_id) == (thread_id, call.tool_call_id)]
+        plan.append(Closing(call=call, operation=own[0] if own else (ops[0] if ops else None)))
+    return plan
+
+
+def close_for_follow_up(
+    ledger: Ledger,
+    thread_id: str,
+    plan: Sequence[Closing],
+    *,
+    now: datetime,
+    reviewer: str = SUPERSEDED_BY,
+    reason: str = SUPERSEDED,
+) -> None:
+    """Withdraw in the ledger the operations the closed calls opened (one transaction).
+
+    Each operation this very call opened (thread and tool-call id) that is
+    still ``PROPOSED`` or ``APPROVED`` becomes ``REJECTED`` with a reject
+    approval by ``reviewer`` carrying ``reason``, so no later answer can run
+    it; an operation another call opened (a shared business key) is left to
+    it. Re-running the same closing changes nothing.
+
+    Args:
+        ledger: written (``record_review``).
+        thread_id: the thread.
+        plan: ``follow_up_plan``'s answer.
+        now: the decision time recorded.
+        reviewer: who the ledger names as having decided.
+        reason: the message recorded with the rejection.
+    """
+    approvals = [
+        Approval(
+            operation_id=c.operation.operation_id,
+            thread_id=thread_id,
+            tool_call_id=c.call.tool_call_id,
+            decision="reject",
+            intent_hash=c.operation.intent_hash,
+            reviewer=reviewer,
+            message=reason,
+            decided_at=now,
+        )
+        for c in plan
+        if c.operation is not None
+        and c.operation.state in (OpState.PROPOSED, OpState.APPROVED)
+        and (c.operation.thread_id, c.operation.tool_call_id) == (thread_id, c.call.tool_call_id)
+    ]
+    if approvals:
+        ledger.record_review([], approvals)
+
+
+def orphaned_operations(
+    ledger: Ledger,
+    thread_id: str,
+    call_ids: Collection[str],
+    pending: Sequence[PendingLike] = (),
+) -> list[Operation]:
+    """Operations of a thread's calls left unfinished with no interrupt pending for them.
+
+    A run that ends (or stops at interrupts) must leave each operation of its
+    own calls either finished or named by a pending review or
+    reconciliation. One that is not was lost to a swallowed interrupt: a
+    tool wrapper catching ``Exception`` caught LangGraph's ``GraphInterrupt``
+    (an ``Exception`` subclass), answered the call with its own message, and
+    the run went on. Only calls in the history count, so operations of a
+    branch a replay left behind are not reported.
+
+    Args:
+        ledger: read for the thread's unfinished operations.
+        thread_id: the thread.
+        call_ids: the tool-call ids of the history's AI messages.
+        pending: the interrupts pending now (their operations are not orphans).
+
+    Returns:
+        The orphaned operations, in ledger order.
+    """
+    asked = {str(item.value.get("operation_id")) for item in pending}
+    for item in pending:
+        asked |= {str(a.get("operation_id")) for a in item.value.get("action_requests", ())}
+    return [
+        op
+        for op in ledger.list(thread_id=thread_id, states=UNFINISHED)
+        if op.tool_call_id in call_ids and op.operation_id not in asked
+    ]
+
+
+def check_no_orphans(
+    ledger: Ledger,
+    thread_id: str,
+    call_ids: Collection[str],
+    pending: Sequence[PendingLike] = (),
+) -> None:
+    """Fail closed on ``orphaned_operations``: raise naming each, or return.
+
+    Raises:
+        OrphanedOperationError: some operation waits for nobody; the text
+            names operation, tool, state and attempt, the likely cause and
+            the fix.
+    """
+    orphans = orphaned_operations(ledger, thread_id, call_ids, pending)
+    if not orphans:
+        return
+    named = ", ".join(
+        f"{op.tool} ({op.operation_id}, {op.state.value} at attempt {op.attempt})" for op in orphans
+    )
+    raise OrphanedOperationError(
+        f"thread {thread_id!r} ended with operation(s) still waiting for a person and no "
+        f"review or reconciliation pending: {named}. An interrupt was swallowed: a tool "
+        "wrapper (wrap_tool_call) that catches Exception also catches LangGraph's "
+        "GraphInterrupt; re-raise langgraph.errors.GraphBubbleUp in it. Nothing more runs "
+        "for these operations until they are answered (effectgate ledger show OPERATION)",
+        operation_ids=[op.operation_id for op in orphans],
+    )

@@ -45,6 +45,7 @@ __all__ = [
     "ConfigError",
     "DecisionError",
     "EffectgateError",
+    "FollowUpError",
     "IllegalTransitionError",
     "IntentConflictError",
     "LedgerBusyError",
@@ -52,6 +53,7 @@ __all__ = [
     "LedgerError",
     "NotAccepted",
     "OperationBusyError",
+    "OrphanedOperationError",
     "OutcomeUnknown",
     "Rejected",
     "SchemaVersionError",
@@ -69,6 +71,33 @@ class EffectgateError(Exception):
 
 class ConfigError(EffectgateError):
     """Bad flags, environment or state directory; raised before any I/O."""
+
+
+class FollowUpError(ConfigError, ValueError):
+    """A follow-up message refused: something waits that the message cannot close.
+
+    Raised by ``answers.follow_up_plan`` on every follow-up path
+    (``Agent.send``, the agent node, ``EffectGateMiddleware.before_model``);
+    the text names each waiting call (tool and operation id, state and
+    attempt) or interrupt, and how to answer it.
+    """
+
+
+class OrphanedOperationError(EffectgateError):
+    """A run ended while operations of its calls still wait for a person, with nothing pending.
+
+    The review or reconciliation interrupt that should hold them was
+    swallowed (a tool wrapper that catches ``Exception`` catches LangGraph's
+    ``GraphInterrupt``). Nothing more runs for them; the text names each
+    operation, its tool, state and attempt, and what to fix.
+
+    Attributes:
+        operation_ids: the operations left waiting, in ledger order.
+    """
+
+    def __init__(self, message: str, *, operation_ids: list[str]) -> None:
+        self.operation_ids = operation_ids
+        super().__init__(message)
 
 
 class LedgerError(EffectgateError):

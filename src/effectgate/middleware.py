@@ -10,6 +10,14 @@ every side-effecting call dispatched through the ledger.
 
 How, in LangChain's terms:
 
+- ``before_model`` applies effectgate's one follow-up rule
+  (``answers.follow_up_plan``): a human message sent as new input while a
+  review waited (LangGraph writes it and drops the pending review) finds
+  the review's calls unanswered. Calls that provably never started are
+  answered "superseded" right after their AI message, before the human
+  message (the operations they opened are rejected in the ledger), so the
+  model request keeps OpenAI's tool-call pairing; a call that may have
+  started refuses the message (``FollowUpError``).
 - ``after_model`` runs effectgate's review node itself (``make_review_node``)
   on the model's message: the same ``interrupt()``, validation and ledger
   transaction as in ``build_agent``'s graph. The reviewed calls' tasks
@@ -44,16 +52,20 @@ from langchain.agents.middleware.types import (
     AgentState,
     PrivateStateAttr,
     ToolCallRequest,
+    hook_config,
 )
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
+from langgraph.graph import END
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
-from effectgate._clock import Clock
+from effectgate._clock import Clock, SystemClock
+from effectgate.answers import check_no_orphans
 from effectgate.graph._blocks import build_parts, ensure_call_ids
+from effectgate.graph._follow_up import before_follow_up, close_open_calls, follow_up_index
 from effectgate.graph._messages import error_message, last_ai_message, pending_calls
 from effectgate.graph._nodes import malformed_reason
 from effectgate.graph._policy import Policy
@@ -154,8 +166,9 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         on_wait: Callable[[Operation, float], None] | None = None,
     ) -> None:
         super().__init__()
+        self._clock = clock or SystemClock()
         self._parts = build_parts(
-            tools, ledger=ledger, policy=policy, clock=clock, worker=worker, on_wait=on_wait
+            tools, ledger=ledger, policy=policy, clock=self._clock, worker=worker, on_wait=on_wait
         )
         self.specs = self._parts.specs
         self.effects = self._parts.effects
@@ -163,6 +176,40 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         self.dispatcher = self._parts.dispatcher
         self.tools = [_as_langchain_tool(spec) for spec in self.specs.values()]
 
+    def before_model(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Close the calls a follow-up message left unanswered, before the model sees them.
+
+        Returns:
+            ``None`` when no human message follows an unanswered call; else the
+            history rewritten with one superseded ``ToolMessage`` per closed
+            call placed before the follow-up (``REMOVE_ALL_MESSAGES`` and the
+            messages in their new order, ids kept).
+
+        Raises:
+            FollowUpError: a call's operation may have started (named); the
+                model is not called.
+        """
+        messages = list(state["messages"])
+        idx = follow_up_index(messages)
+        if idx is None:
+            return None
+        answers = close_open_calls(
+            messages,
+            specs=self.specs,
+            ledger=self.ledger,
+            thread_id=_thread_id(get_config()),
+            now=self._clock.now(),
+        )
+        _, update = before_follow_up(messages, idx, answers)
+        return {"messages": update}
+
+    async def abefore_model(
+        self, state: EffectGateState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """``before_model`` for ``ainvoke``/``astream`` (the ledger calls block)."""
+        return self.before_model(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
     def after_model(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Review the model message's side-effecting calls; record decisions in the ledger.
 
@@ -172,7 +219,9 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         Returns:
             ``None`` when nothing is gated; else the message with call ids
             made unique (if any changed), rejection ``ToolMessage``s, and the
-            tasks ``wrap_tool_call`` runs.
+            tasks ``wrap_tool_call`` runs; ``jump_to: "end"`` when the review
+            ends the run (answered ``Command(goto="__end__")``, or a call
+            rejected as often as the policy allows).
         """
         config = get_config()
         messages = list(state["messages"])
@@ -194,8 +243,40 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
                 task: EffectTask = send.arg
                 tasks[task["tool_call_id"]] = task
         answered = (command.update or {}).get("messages", [])
-        return {"messages": [*update, *answered], TASKS_KEY: tasks}
+        out: dict[str, Any] = {"messages": [*update, *answered], TASKS_KEY: tasks}
+        if command.goto == END:
+            out["jump_to"] = "end"
+        return out
 
+    def after_agent(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Fail closed when the run ends with an operation of its calls waiting for nobody.
+
+        A wrapper around this middleware's ``wrap_tool_call`` that catches
+        ``Exception`` swallows the re-review or reconciliation interrupt of a
+        call (``GraphInterrupt`` is an ``Exception``); the run would end
+        ``done`` with the operation ``PROPOSED`` forever. Runs only when the
+        agent finishes, never at an interrupt.
+
+        Raises:
+            OrphanedOperationError: names each such operation
+                (``answers.check_no_orphans``).
+        """
+        call_ids = {
+            str(c.get("id"))
+            for m in state["messages"]
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+        }
+        check_no_orphans(self.ledger, _thread_id(get_config()), call_ids)
+        return None
+
+    async def aafter_agent(
+        self, state: EffectGateState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """``after_agent`` for ``ainvoke``/``astream``."""
+        return self.after_agent(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
     async def aafter_model(
         self, state: EffectGateState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:

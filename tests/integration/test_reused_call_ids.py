@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,9 +22,10 @@ from tests.answers._bind import bound
 from tests.integration._approvals import record_approval
 
 from effectgate._app import StateDir, open_agent
+from effectgate._clock import SystemClock
 from effectgate.graph import Agent, Policy, RunResult, RunStatus, history_problems
 from effectgate.graph._nodes import make_agent_node
-from effectgate.ledger import OpState
+from effectgate.ledger import OpState, SqliteLedger
 from effectgate.models import ScriptedChatModel, make_model
 from effectgate.testing.openai_server import FakeOpenAIServer, chat_reply
 from effectgate.testing.oracle import checkpoint_problems
@@ -236,7 +238,9 @@ def _raw(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def test_agent_node_renames_parsed_and_invalid_calls_and_drops_the_raw_copy() -> None:
+def test_agent_node_renames_parsed_and_invalid_calls_and_drops_the_raw_copy(
+    tmp_path: Path,
+) -> None:
     """Valid and invalid calls get fresh ids; the provider's raw copy of the calls is
     dropped (as for calls given ids by ``with_call_ids``), so no stale id is sent back."""
     earlier: list[AnyMessage] = [
@@ -262,8 +266,11 @@ def test_agent_node_renames_parsed_and_invalid_calls_and_drops_the_raw_copy() ->
         additional_kwargs={"tool_calls": raw, "refusal": None},
     )
     spec = _mail_tool([])
-    node = make_agent_node(_OneReply(reply=reply), {spec.name: spec}, None)
-    (out,) = node({"messages": earlier}, {"configurable": {"thread_id": "t"}})["messages"]
+    with SqliteLedger(tmp_path / "ledger.sqlite3") as ledger:
+        node = make_agent_node(
+            _OneReply(reply=reply), {spec.name: spec}, None, ledger=ledger, clock=SystemClock()
+        )
+        (out,) = node({"messages": earlier}, {"configurable": {"thread_id": "t"}})["messages"]
     assert out.id == "ai-2"
     assert [tc["id"] for tc in out.tool_calls] == ["c0~2", "fresh"]
     assert [tc["id"] for tc in out.invalid_tool_calls] == ["c0~3"]

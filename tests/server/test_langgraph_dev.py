@@ -224,3 +224,33 @@ def test_server_killed_after_the_external_commit_resumes_with_one_ticket(
         assert ticket_op.attempt == 1
         states = [e.dst.value for e in ledger.events(operation_id=ticket_op.operation_id) if e.dst]
     assert "UNKNOWN" in states  # recovered by lookup, not sent again
+
+
+def test_a_new_message_and_mark_as_resolved_through_the_sdk(server: Server, services, state_dir):
+    """A new run with input while a review waits: the call is answered "superseded" before
+    the message and the run reaches the model (before: the run ended in error and the
+    review vanished). On a second thread, command goto __end__ closes the review as resolved."""
+    client = get_sync_client(url=server.url)
+    thread_id = _start(client)
+    [first] = _interrupts(client, thread_id)
+    call_id = first["value"]["action_requests"][0]["tool_call_id"]
+    _run(client, thread_id, input={"messages": [{"role": "user", "content": "never mind"}]})
+    state = client.threads.get_state(thread_id)
+    # the run went on to the model, which proposed its ticket again: a new review
+    assert [i["value"]["action_requests"][0]["tool_call_id"] for i in state["interrupts"]] != [
+        call_id
+    ]
+    messages = state["values"]["messages"]
+    kinds = [(m["type"], m.get("tool_call_id")) for m in messages]
+    answer = kinds.index(("tool", call_id))
+    assert json.loads(messages[answer]["content"])["status"] == "superseded"
+    assert answer < max(i for i, (t, _) in enumerate(kinds) if t == "human")
+
+    other = _start(client)
+    [review] = _interrupts(client, other)
+    _run(client, other, command={"goto": "__end__"})
+    assert _interrupts(client, other) == []
+    last = client.threads.get_state(other)["values"]["messages"][-1]
+    assert last["type"] == "tool" and "resolved by the reviewer" in last["content"]
+    assert review["id"]
+    assert _counts(services, state_dir)[:2] == (0, 0)

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -41,16 +42,16 @@ from effectgate import answers as answer_protocol
 from effectgate._clock import Clock
 from effectgate._process import new_worker_id, owner_is_gone
 from effectgate._recent import Recent
-from effectgate.answers import check_review_answer
+from effectgate.answers import SUPERSEDED, check_review_answer
 from effectgate.dispatch import Verdict
 from effectgate.errors import ConfigError, DecisionError, LedgerError, ThreadBusyError
 from effectgate.graph._build import AgentParts, build_agent
-from effectgate.graph._messages import pending_calls
+from effectgate.graph._follow_up import close_open_calls
 from effectgate.graph._policy import Policy
 from effectgate.graph._prune import PrunePolicy, PruneReport, prune
 from effectgate.graph._saver import HeadState, StepDurableSaver, head_state
 from effectgate.graph._state import RunStatus, effect_node_name
-from effectgate.ledger import Approval, Lease, Ledger, Operation, OpState, ThreadRecord
+from effectgate.ledger import Lease, Ledger, Operation, ThreadRecord
 from effectgate.ledger._tombstones import refuse_deleted
 from effectgate.tools import ToolSpec
 
@@ -64,8 +65,6 @@ __all__ = [
     "turn_message_id",
 ]
 
-SUPERSEDED = "Superseded by a new message from the user; the tool was not executed."
-"""The answer ``Agent.send(..., supersede=True)`` gives a pending call that never started."""
 
 _TURN = "#turn-"
 """Follow-up turn ``n`` of thread ``T`` is recorded as the ledger thread ``T#turn-n``."""
@@ -377,56 +376,38 @@ class Agent:
             )
         self._check_nodes(thread_id, snapshot)
         pending = self._interrupts(snapshot)
-        if not pending:
-            if snapshot.tasks:
-                raise ConfigError(
-                    f"thread {thread_id!r} has unfinished work (a crash, a stop, a model "
-                    "error): resume it first, then send the message"
-                )
-            return
-        blocking = [_pending_line(item) for item in pending if item.kind != "review"]
-        if blocking or not supersede:
-            # A reconciliation is never superseded (its call may have taken
-            # effect): offer supersede only where it could help.
-            also = (
-                ""
-                if blocking
-                else "; or send with supersede=True (--supersede) to answer calls that never "
-                "started as superseded"
-            )
+        if not pending and snapshot.tasks:
             raise ConfigError(
-                f"thread {thread_id!r} is waiting: {'; '.join(map(_pending_line, pending))}. "
-                "Answer it first (Agent.resume with answers=, or effectgate resume "
-                f"--thread {thread_id}){also}"
+                f"thread {thread_id!r} has unfinished work (a crash, a stop, a model "
+                "error): resume it first, then send the message"
             )
-        self._supersede_plan(thread_id, pending)  # raises if one may have started
+        if pending:
+            self._close_open_calls(thread_id, snapshot, pending, supersede=supersede, now=None)
 
-    def _supersede_plan(
-        self, thread_id: str, pending: Sequence[PendingInterrupt]
-    ) -> list[tuple[Mapping[str, Any], Operation | None]]:
-        """The review calls to answer as superseded, each with its operation (proof).
+    def _close_open_calls(
+        self,
+        thread_id: str,
+        snapshot: Any,
+        pending: Sequence[PendingInterrupt],
+        *,
+        supersede: bool,
+        now: datetime | None,
+    ) -> list[ToolMessage]:
+        """The one follow-up rule (``answers.follow_up_plan``) on the pending calls.
 
         Raises:
-            ConfigError: a pending reconciliation, or a call whose operation
-                may have started (named, with its state and attempt).
+            FollowUpError: a reconciliation or question waits, ``supersede``
+                is off, or a call's operation may have started (named).
         """
-        plan: list[tuple[Mapping[str, Any], Operation | None]] = []
-        for item in pending:
-            if item.kind != "review":
-                raise ConfigError(
-                    f"thread {thread_id!r}: {_pending_line(item)} may have taken effect and is "
-                    "never superseded: settle it first (effectgate reconcile)"
-                )
-            for action in item.value.get("action_requests", []):
-                op = self.ledger.get(str(action.get("operation_id")))
-                if op is not None and not _never_started(op):
-                    raise ConfigError(
-                        f"thread {thread_id!r}: {action.get('name')} ({op.operation_id}) is "
-                        f"{op.state.value} at attempt {op.attempt} and may have started: it is "
-                        "never superseded; answer the review first"
-                    )
-                plan.append((action, op))
-        return plan
+        return close_open_calls(
+            snapshot.values.get("messages", []),
+            specs=self.parts.specs,
+            ledger=self.ledger,
+            thread_id=thread_id,
+            now=now,
+            waiting=pending,
+            supersede=supersede,
+        )
 
     def _apply_turn(self, thread_id: str, record: ThreadRecord, *, supersede: bool) -> RunResult:
         """Add a recorded turn's message (once: its id is deterministic) and run it."""
@@ -443,56 +424,15 @@ class Agent:
         pending = self._interrupts(snapshot)
         if not pending:
             return self._run(thread_id, {"messages": [human]})
-        answers = self._supersede(thread_id, snapshot, self._supersede_plan(thread_id, pending))
+        answers = self._close_open_calls(
+            thread_id, snapshot, pending, supersede=supersede, now=self.parts.clock.now()
+        )
         # One checkpoint holds the answers and the message, written as if the
         # tools node had answered the calls: the pending review is left
         # behind with the old checkpoint and the agent node runs next.
         self.graph.update_state(config, {"messages": [*answers, human]}, as_node="tools")
         self._stops.pop(thread_id, None)
         return self._run(thread_id, None)
-
-    def _supersede(
-        self,
-        thread_id: str,
-        snapshot: Any,
-        plan: Sequence[tuple[Mapping[str, Any], Operation | None]],
-    ) -> list[ToolMessage]:
-        """Reject in the ledger the operations these calls opened; answer every pending call."""
-        now = self.parts.clock.now()
-        approvals = [
-            Approval(
-                operation_id=op.operation_id,
-                thread_id=thread_id,
-                tool_call_id=str(action["tool_call_id"]),
-                decision="reject",
-                intent_hash=op.intent_hash,
-                reviewer="effectgate: superseded by a new message",
-                message=SUPERSEDED,
-                decided_at=now,
-            )
-            for action, op in plan
-            if op is not None
-            and op.state in (OpState.PROPOSED, OpState.APPROVED)
-            and (op.thread_id, op.tool_call_id) == (thread_id, action.get("tool_call_id"))
-        ]
-        if approvals:
-            self.ledger.record_review([], approvals)
-        by_call = {str(a["tool_call_id"]): (a, op) for a, op in plan}
-        answers = []
-        for call in pending_calls(snapshot.values.get("messages", [])):
-            _, op = by_call.get(call.id, (None, None))
-            payload = {"status": "superseded", "message": SUPERSEDED, "executed": False}
-            if op is not None:
-                payload["operation_id"] = op.operation_id
-            answers.append(
-                ToolMessage(
-                    content=json.dumps(payload, sort_keys=True),
-                    tool_call_id=call.id,
-                    name=call.name,
-                    status="error",
-                )
-            )
-        return answers
 
     def _next_turn(self, thread_id: str, result: RunResult) -> RunResult:
         """After a resume: run a recorded turn a crash left unapplied, if any."""
@@ -1506,28 +1446,6 @@ def _turn_key(thread_id: str, turn: int) -> str:
 
 def _turn_id(thread_id: str, record: ThreadRecord) -> str:
     return turn_message_id(thread_id, int(record.input.get("turn", 0)))
-
-
-def _never_started(op: Operation) -> bool:
-    """Proof from the ledger that an operation never ran (nor may run under this approval)."""
-    if op.state is OpState.REJECTED:
-        return True
-    return op.state in (OpState.PROPOSED, OpState.APPROVED) and op.attempt == 0
-
-
-def _pending_line(item: PendingInterrupt) -> str:
-    if item.kind == "question":
-        return f"question {item.id}: {answer_protocol.question_text(item.value.get('question'))}"
-    if item.kind == "review":
-        calls = ", ".join(
-            f"{a.get('name')} ({a.get('operation_id')})"
-            for a in item.value.get("action_requests", [])
-        )
-        return f"review {item.id} of {calls}"
-    return (
-        f"reconciliation of {item.value.get('tool')} ({item.value.get('operation_id')}), "
-        f"attempt {item.value.get('attempt')}"
-    )
 
 
 def _clip(text: Any, limit: int = 80) -> str:

@@ -95,9 +95,8 @@ def build_agent(
     clock = clock or SystemClock()
     specs = to_specs(tools)
     builder: StateGraph[Any, Any, Any, Any] = StateGraph(AgentState)
-    builder.add_node(
-        "agent", opaque_node(make_agent_node(model, specs, system_prompt)), input_schema=AgentState
-    )
+    agent = make_agent_node(model, specs, system_prompt, ledger=ledger, clock=clock)
+    builder.add_node("agent", opaque_node(agent), input_schema=AgentState)
     builder.add_edge(START, "agent")
     gate = add_effect_nodes(
         builder,

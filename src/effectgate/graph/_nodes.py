@@ -26,6 +26,7 @@ from effectgate._failpoints import Failpoint
 from effectgate.answers import check_review_answer, review_description
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
 from effectgate.errors import ConfigError, DecisionError, Rejected, ToolCallError, ToolError
+from effectgate.graph._follow_up import before_follow_up, close_open_calls, follow_up_index
 from effectgate.graph._messages import (
     PendingCall,
     answer_id,
@@ -59,9 +60,23 @@ __all__ = [
 
 
 def make_agent_node(
-    model: BaseChatModel, specs: Mapping[str, ToolSpec], system_prompt: str | None
+    model: BaseChatModel,
+    specs: Mapping[str, ToolSpec],
+    system_prompt: str | None,
+    *,
+    ledger: Ledger,
+    clock: Clock,
 ) -> Any:
     """Build the ``agent`` node: one model call with every tool bound.
+
+    A follow-up message a LangGraph client sent as new input while a review
+    waited (LangGraph writes it and drops the pending review task) meets the
+    one follow-up rule (``graph._follow_up.close_open_calls``): calls that
+    provably never started are answered "superseded" before the message (the
+    operations they opened are rejected in the ledger) and the model sees a
+    valid history; a call that may have started refuses the message with a
+    ``FollowUpError`` naming the tool and operation, and the model is not
+    called.
 
     A model error propagates: the step fails, the checkpoint keeps the
     thread, and a resume calls the model again (model calls have no side
@@ -77,6 +92,14 @@ def make_agent_node(
 
     def agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         history = list(state["messages"])
+        thread_id = config["configurable"]["thread_id"]
+        moved: list[Any] = []
+        idx = follow_up_index(history)
+        if idx is not None:
+            answers = close_open_calls(
+                history, specs=specs, ledger=ledger, thread_id=str(thread_id), now=clock.now()
+            )
+            history, moved = before_follow_up(history, idx, answers)
         open_calls = unanswered_calls(history)
         if open_calls:
             # A host merged a message after a call, or wrote the state without
@@ -92,10 +115,9 @@ def make_agent_node(
         reply = bound.invoke(prompt)
         if not isinstance(reply, AIMessage):
             reply = AIMessage(content=str(getattr(reply, "content", reply)))
-        thread_id = config["configurable"]["thread_id"]
         reply = with_call_ids(reply, salt=f"{thread_id}:{len(history)}")
         reply = with_fixed_args(with_unique_call_ids(reply, history), specs)
-        return {"messages": [reply]}
+        return {"messages": [*moved, reply]}
 
     return agent
 

@@ -28,6 +28,7 @@ from langgraph._internal._constants import (
     CONFIG_KEY_SCRATCHPAD,
     CONFIG_KEY_TASK_ID,
     INTERRUPT,
+    NULL_TASK_ID,
 )
 from langgraph.graph import END
 from langgraph.types import Command, Send, interrupt
@@ -37,6 +38,7 @@ from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate._intent import default_operation_id
 from effectgate.answers import (
+    RESOLVED,
     bind_shown_flags,
     decision_allowed,
     flag_text,
@@ -695,20 +697,13 @@ def _answer_waiting(config: RunnableConfig) -> bool:
     return bool(pad.resume) or pad.get_null_resume(False) is not None
 
 
-def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:
-    """The review request this run of the node was shown under, read from its checkpoint.
-
-    LangGraph keeps an interrupt's value as a pending write of its task on the
-    checkpoint the run resumes from; a raw client's answer is bound to what
-    that value's descriptions showed (``answers.bind_shown_flags``). ``None``
-    when there is no checkpointer or no such write (a first run).
-    """
+def _resume_writes(config: RunnableConfig) -> list[tuple[str, str, Any]]:
+    """The pending writes of the checkpoint this run of the node resumes from (or none)."""
     conf = config.get("configurable", {})
     saver = conf.get(CONFIG_KEY_CHECKPOINTER)
-    task_id = conf.get(CONFIG_KEY_TASK_ID)
     checkpoint_id = (conf.get(CONFIG_KEY_CHECKPOINT_MAP) or {}).get("")
-    if saver is None or task_id is None or checkpoint_id is None:
-        return None
+    if saver is None or checkpoint_id is None:
+        return []
     found = saver.get_tuple(
         {
             "configurable": {
@@ -718,8 +713,41 @@ def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:
             }
         }
     )
+    return list(found.pending_writes or []) if found else []
+
+
+GOTO_END = f"branch:to:{END}"
+"""The channel ``Command(goto="__end__")`` writes to (LangGraph's ``map_command``)."""
+
+
+def goto_end_asked(config: RunnableConfig) -> bool:
+    """Whether the client answered this review with ``Command(goto="__end__")``.
+
+    "Mark as resolved" in LangGraph Studio and Agent Inbox sends it. LangGraph
+    ignores the write (a graph has no ``branch:to:__end__`` channel) and runs
+    the interrupted node again, which would ask the same review again while
+    the client was told it succeeded. The write is still saved on the
+    checkpoint the review resumes from, as a pending write of no task; the
+    review node reads it there and answers the review as resolved.
+    """
+    return any(
+        task == NULL_TASK_ID and channel == GOTO_END for task, channel, _ in _resume_writes(config)
+    )
+
+
+def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:
+    """The review request this run of the node was shown under, read from its checkpoint.
+
+    LangGraph keeps an interrupt's value as a pending write of its task on the
+    checkpoint the run resumes from; a raw client's answer is bound to what
+    that value's descriptions showed (``answers.bind_shown_flags``). ``None``
+    when there is no checkpointer or no such write (a first run).
+    """
+    task_id = config.get("configurable", {}).get(CONFIG_KEY_TASK_ID)
+    if task_id is None:
+        return None
     shown = None
-    for write_task, channel, value in (found.pending_writes or []) if found else []:
+    for write_task, channel, value in _resume_writes(config):
         if write_task != task_id or channel != INTERRUPT:
             continue
         for item in value if isinstance(value, list) else [value]:
@@ -786,7 +814,22 @@ def make_review_node(
             asked = askable
         decided: list[_Decided] = []
         reviewer = None
-        if asked:
+        resolved = bool(asked) and goto_end_asked(config)
+        if resolved:
+            # "Mark as resolved": every call of the review is closed as a
+            # reviewer's reject (recorded in the ledger), and the thread ends.
+            decided = [
+                _Decided(
+                    prepared=p,
+                    kind="reject",
+                    args=p.args,
+                    operation_id=p.request["operation_id"],
+                    intent_hash=p.request["intent_hash"],
+                    message=RESOLVED,
+                )
+                for p in askable
+            ]
+        elif asked:
             request = ReviewRequest(
                 type="review",
                 thread_id=thread_id,
@@ -827,6 +870,7 @@ def make_review_node(
             ledger=ledger,
             policy=policy,
             clock=clock,
+            end=resolved,
         )
 
     return review
@@ -979,6 +1023,7 @@ def _record_and_route(
     ledger: Ledger,
     policy: Policy,
     clock: Clock,
+    end: bool = False,
 ) -> Command[Any]:
     now = clock.now()
     rows: list[tuple[OpenRequest, Approval]] = []
@@ -1023,7 +1068,7 @@ def _record_and_route(
     messages += _answer_rejected(rejected, states, runnable)
     sends = [_send(p, d, thread_id=thread_id, batch_size=len(runnable)) for p, d in runnable]
     update = {"messages": messages} if messages else None
-    if not sends and any(p.refused_repeat is not None for p in prepared):
+    if not sends and (end or any(p.refused_repeat is not None for p in prepared)):
         # The model keeps proposing what a reviewer keeps rejecting: stop the
         # run instead of asking the same question again and again.
         return Command(goto=END, update=update)

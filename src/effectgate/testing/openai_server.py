@@ -13,6 +13,13 @@ tool-call arguments without calling a hosted model::
 Tool-call ids are always emitted unless a test asks not to (``with_ids=False``
 or ``"id": None``): LangChain passes them through unchanged and the review
 layer needs them.
+
+Like OpenAI's API, the server refuses a request whose history breaks the
+tool-call pairing (``pairing_problem``): an assistant message with
+``tool_calls`` must be followed by one ``tool`` message per call id before
+any other message, and a ``tool`` message must answer such a call. The reply
+is HTTP 400 ``invalid_request_error`` naming the ids, and the request is
+still recorded.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "Reply", "chat_reply", "error_reply"]
+__all__ = ["FakeOpenAIServer", "Reply", "chat_reply", "error_reply", "pairing_problem"]
 
 Reply = dict[str, Any]
 """``{"status": 200, "headers": {...}, "json": {...}}``, or ``"raw": str`` instead of
@@ -109,7 +116,13 @@ def error_reply(
     if retry_after is not None:
         headers["retry-after"] = f"{retry_after:g}"
         headers["retry-after-ms"] = f"{retry_after * 1000:g}"
-    kind = "rate_limit_exceeded" if status == 429 else "server_error"
+    kind = (
+        "rate_limit_exceeded"
+        if status == 429
+        else "invalid_request_error"
+        if 400 <= status < 500
+        else "server_error"
+    )
     body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return {"status": status, "headers": headers, "json": body}
 
@@ -138,6 +151,44 @@ def _sse_events(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
+def pairing_problem(messages: Any) -> str | None:
+    """Why a chat request's ``messages`` break OpenAI's tool-call pairing, or ``None``.
+
+    Worded as OpenAI's 400 for the same request ("An assistant message with
+    'tool_calls' must be followed by tool messages responding to each
+    'tool_call_id'. The following tool_call_ids did not have response
+    messages: ...").
+
+    Args:
+        messages: the request body's ``messages`` (anything else is not checked).
+    """
+    if not isinstance(messages, list):
+        return None
+    open_ids: list[str] = []
+    for i, msg in enumerate(messages):
+        role = msg.get("role") if isinstance(msg, Mapping) else None
+        if role == "tool":
+            call_id = msg.get("tool_call_id")
+            if call_id not in open_ids:
+                return (
+                    f"Invalid parameter: messages with role 'tool' must be a response to a "
+                    f"preceeding message with 'tool_calls' (messages.[{i}], {call_id!r})."
+                )
+            open_ids.remove(call_id)
+            continue
+        if open_ids:
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(open_ids)}"
+            )
+        if role == "assistant":
+            open_ids = [
+                str(c.get("id")) for c in msg.get("tool_calls") or [] if isinstance(c, Mapping)
+            ]
+    return None
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
 
@@ -158,6 +209,10 @@ class _Handler(BaseHTTPRequestHandler):
         owner._record(body, {k.lower(): v for k, v in self.headers.items()})
         if self.path.rstrip("/") != _CHAT_PATH:
             self._send_json(404, {"error": {"message": f"no route POST {self.path}"}}, {})
+            return
+        problem = pairing_problem(body.get("messages"))
+        if problem is not None:
+            self._send(error_reply(400, problem), stream=False)
             return
         self._send(owner._next_reply(body), stream=bool(body.get("stream")))
 
