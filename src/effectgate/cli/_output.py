@@ -26,7 +26,15 @@ from effectgate.cli._render import SafeConsole, dumps
 from effectgate.cli._signals import STOPPER, Mode
 from effectgate.errors import EffectgateError
 
-__all__ = ["DEFAULT_STATE_DIR", "Output", "command_hint", "handled", "thread_exists"]
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "Output",
+    "command_hint",
+    "handled",
+    "thread_exists",
+    "usage_failed",
+    "wants_json",
+]
 
 DEFAULT_STATE_DIR = Path(".effectgate")
 """``--state-dir`` when neither the flag nor ``$EFFECTGATE_STATE_DIR`` is given."""
@@ -185,13 +193,61 @@ def _fail(output: Output, code: ExitCode, message: str, kind: str, thread_id: st
         soft_wrap=True,  # one line, whatever the terminal's width: greppable
     )
     if output.json_mode:
-        output.emit_json(
-            {
-                "thread_id": thread_id,
-                "status": "error",
-                "exit_code": int(code),
-                "error": message,
-                "error_type": kind,
-                "notes": output.notes,
-            }
-        )
+        output.emit_json(_error_object(output, code, message, kind, thread_id))
+
+
+def _error_object(
+    output: Output, code: ExitCode | int, message: str, kind: str, thread_id: str | None
+) -> dict[str, Any]:
+    """The one JSON object of a command that ended in an error."""
+    return {
+        "thread_id": thread_id,
+        "status": "error",
+        "exit_code": int(code),
+        "error": message,
+        "error_type": kind,
+        "notes": output.notes,
+    }
+
+
+CLICK_ERRORS = sys.modules[typer.BadParameter.__module__]
+"""The click exceptions typer raises: its own copy (``typer._click``) since 0.2x, click's before."""
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether a command line asks for ``--json`` (before any ``--``), parsed or not."""
+    words = args[: args.index("--")] if "--" in args else args
+    return "--json" in words
+
+
+def usage_failed(exc: Exception, *, json_mode: bool) -> int:
+    """Report a usage error (unknown option, missing value) as typer would, and return its code.
+
+    The usage and the message go to stderr in typer's own format; with
+    ``--json`` on the command line stdout also gets the error object every
+    other error prints (``error_type`` ``UsageError``, ``exit_code`` 2), so a
+    script reading stdout is never left with nothing.
+
+    Args:
+        exc: the ``ClickException`` (of ``CLICK_ERRORS``) raised while parsing
+            (``standalone_mode=False``).
+        json_mode: whether the command line had ``--json``.
+
+    Returns:
+        The exit code: the error's own (2 for a usage error).
+    """
+    try:
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - typer depends on rich
+        exc.show()  # type: ignore[attr-defined]
+    code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
+    if exc.__class__.__name__ == "NoArgsIsHelpError":
+        return code  # the help was printed; nothing was asked of --json
+    if json_mode:
+        usage = isinstance(exc, CLICK_ERRORS.UsageError)
+        kind = "UsageError" if usage else type(exc).__name__
+        message = exc.format_message()  # type: ignore[attr-defined]
+        Output(json_mode=True).emit_json(_error_object(Output(), code, message, kind, None))
+    return code
