@@ -52,6 +52,8 @@ class Output:
     out: Console = field(default_factory=lambda: SafeConsole(highlight=False))
     err: Console = field(default_factory=lambda: SafeConsole(stderr=True, highlight=False))
     notes: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+    """Lines (rich markup) kept for the end of the command: ``last``, ``flush_last``."""
 
     @property
     def ui(self) -> Console:
@@ -62,6 +64,22 @@ class Output:
         """Tell the person something the CLI decided on their behalf (kept for ``--json``)."""
         self.notes.append(text)
         self.err.print(f"[yellow]note:[/] {escape(text)}")
+
+    def last(self, markup: str) -> None:
+        """Keep a stdout line (rich markup) for the end of the command, in order.
+
+        A run's next steps and its status line go here so that the status
+        line is the command's last line, after whatever the command explains
+        later (recovered operations, reused receipts). ``handled`` prints them
+        when the command ends.
+        """
+        self.tail.append(markup)
+
+    def flush_last(self) -> None:
+        """Print the lines kept by ``last`` on stdout, once."""
+        lines, self.tail[:] = list(self.tail), []
+        for line in lines:
+            self.out.print(line)
 
     def progress(self, text: str) -> None:
         """Print one progress line on stderr."""
@@ -143,7 +161,9 @@ def handled(
     SIGTERM are handled as ``mode`` says (``effectgate.cli._signals``); one
     that ends the block ends the command with INCOMPLETE and a message saying
     whether ``resume`` continues the thread or nothing was started. Any other
-    exception propagates with its traceback (exit status 1).
+    exception propagates with its traceback (exit status 1). The lines kept
+    by ``Output.last`` (a run's status line) are printed when the block ends,
+    so they are the command's last lines.
 
     Args:
         output: where the message (and, with ``--json``, an error object) goes.
@@ -159,6 +179,7 @@ def handled(
         with STOPPER.command(mode, output.note):
             yield
     except EffectgateError as exc:
+        output.flush_last()
         code = code_for_error(exc)
         _fail(output, code, f"{type(exc).__name__}: {exc}", type(exc).__name__, thread_id)
         raise typer.Exit(int(code)) from None
@@ -167,6 +188,7 @@ def handled(
         # one that arrives raw comes from the checkpoints or a demo service.
         sqlite_code = getattr(exc, "sqlite_errorcode", None)
         name = getattr(exc, "sqlite_errorname", "?")
+        output.flush_last()
         if not isinstance(sqlite_code, int) or sqlite_code & 0xFF not in _DAMAGED:
             raise
         message = (
@@ -178,9 +200,12 @@ def handled(
         _fail(output, ExitCode.ERROR, message, "DatabaseError", thread_id)
         raise typer.Exit(int(ExitCode.ERROR)) from None
     except KeyboardInterrupt:
+        output.flush_last()
         message = _interrupted(thread_id, state_dir)
         _fail(output, ExitCode.INCOMPLETE, message, "KeyboardInterrupt", thread_id)
         raise typer.Exit(int(ExitCode.INCOMPLETE)) from None
+    finally:
+        output.flush_last()  # the status line, after everything the command explained
 
 
 _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
