@@ -119,10 +119,26 @@ def _python_source(block: Block) -> str:
     return _python_source(before[-1]) + "\n" + block.body
 
 
+@dataclass
+class FileDirs:
+    """One working directory per doc file, and how many of its blocks ran there."""
+
+    root: Path
+    dirs: dict[Path, Path]
+    ran: dict[Path, int]
+
+    def at(self, file: Path) -> Path:
+        if file not in self.dirs:
+            self.dirs[file] = self.root / file.stem
+            self.dirs[file].mkdir()
+            self.ran[file] = 0
+        return self.dirs[file]
+
+
 @pytest.fixture(scope="module")
-def file_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, Path]:
-    """One working directory per doc file, shared by its blocks."""
-    return {path: tmp_path_factory.mktemp(path.stem) for path in FILES}
+def file_dirs(tmp_path_factory: pytest.TempPathFactory) -> FileDirs:
+    """The shared directories of this process (each xdist worker has its own)."""
+    return FileDirs(tmp_path_factory.mktemp("docs"), {}, {})
 
 
 def _env() -> dict[str, str]:
@@ -143,12 +159,30 @@ def test_the_docs_have_examples_to_run() -> None:
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
-def test_doc_block_runs(block: Block, file_dirs: dict[Path, Path]) -> None:
-    """Run one block as its kind says (module docstring); its file's directory is shared."""
-    if block.directive and block.directive.startswith("skip"):
+def test_doc_block_runs(block: Block, file_dirs: FileDirs) -> None:
+    """Run one block as its kind says (module docstring), after its file's earlier blocks.
+
+    The earlier blocks have run already in a plain run; under xdist a worker
+    that was handed a later block runs the earlier ones first, so that a
+    block going on from them finds their state.
+    """
+    if _skipped(block):
         pytest.skip(block.directive)
-    assert block.directive in (None, "continues"), f"{block.name}: {block.directive!r}"
-    cwd = file_dirs[block.file]
+    cwd = file_dirs.at(block.file)
+    for earlier in BLOCKS:
+        before = file_dirs.ran[block.file] <= earlier.index < block.index
+        if earlier.file == block.file and before and not _skipped(earlier):
+            _run(earlier, cwd)
+    _run(block, cwd)
+    file_dirs.ran[block.file] = block.index + 1
+
+
+def _skipped(block: Block) -> bool:
+    return bool(block.directive and block.directive.startswith("skip"))
+
+
+def _run(block: Block, cwd: Path) -> None:
+    assert block.directive in (None, "continues") or _skipped(block), block.directive
     if block.lang == "python":
         script = cwd / f"block_{block.index}.py"
         script.write_text(_python_source(block))
@@ -166,5 +200,9 @@ def test_doc_block_runs(block: Block, file_dirs: dict[Path, Path]) -> None:
                               timeout=180, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL)  # fmt: skip
         assert done.returncode == expected, (
-            block.name, command, done.returncode, done.stdout[-2000:], done.stderr[-2000:]
+            block.name,
+            command,
+            done.returncode,
+            done.stdout[-2000:],
+            done.stderr[-2000:],
         )

@@ -1,4 +1,4 @@
-"""The status line (``thread T: STATUS (exit code N)``) is the last line a run prints (issue #36)."""
+"""The status line (``thread T: STATUS (exit code N)``) is the last line a run prints (#36)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,6 @@ import json
 import socket
 from pathlib import Path
 
-import pytest
-
 from tests.cli.conftest import eg
 
 
@@ -21,7 +19,7 @@ def _free_port() -> int:
 def _on_port(url: str, port: int) -> str:
     host, sep, rest = url.partition("127.0.0.1:")
     assert sep, url
-    return f"{host}127.0.0.1:{port}{rest[rest.index('/'):]}"
+    return f"{host}127.0.0.1:{port}{rest[rest.index('/') :]}"
 
 
 def test_a_mistyped_store_port_binds_nothing_and_the_right_one_then_works(
@@ -38,7 +36,8 @@ def test_a_mistyped_store_port_binds_nothing_and_the_right_one_then_works(
     ran = eg("demo", "--state-dir", str(state), "--store", postgres_url, "--approve", "all",
              "--thread", "t1", "--json", timeout=120)  # fmt: skip
     assert ran.code == 0, ran.stderr[-2000:]
-    assert json.loads(marker.read_text())["store"].split("@")[-1] == postgres_url.split("@")[-1]
+    recorded = json.loads(marker.read_text())["store"]
+    assert recorded.rsplit("@", maxsplit=1)[-1] == postgres_url.rsplit("@", maxsplit=1)[-1]
     listed = eg("threads", "--state-dir", str(state), "--json")
     assert [t["thread_id"] for t in listed.json["threads"]] == ["t1"], listed.stderr
 

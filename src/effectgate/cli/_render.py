@@ -458,7 +458,9 @@ def _fits(console: Console, table: Table) -> bool:
     """Whether ``table`` fits the terminal with its ids whole and each other column readable."""
     needed = 3 * len(table.columns) + 1  # borders and padding
     for column in table.columns:
-        widest = max([len(str(column.header)), *(Text(_cell_line(c)).cell_len for c in column.cells)])
+        widest = max(
+            [len(str(column.header)), *(Text(_cell_line(c)).cell_len for c in column.cells)]
+        )
         needed += widest if column.no_wrap else min(widest, _FOLDED_CELLS)
     return needed <= console.width
 
