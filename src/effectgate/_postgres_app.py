@@ -110,9 +110,12 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
 
     A state directory keeps one ledger for life: running its workspace against
     a second, empty ledger would repeat every effect the first one recorded.
-    So the first ``--store`` is written to the marker (without a password:
-    give it again, or through ``PGPASSWORD`` / ``~/.pgpass``), and a later one
-    must name the same server, database and options.
+    So the first ``--store`` that opens (its ledger and checkpoint tables are
+    reached and set up: ``open_postgres_stores``) is written to the marker
+    (without a password: give it again, or through ``PGPASSWORD`` /
+    ``~/.pgpass``), and a later one must name the same server, database and
+    options. A store that cannot be opened (a mistyped port, a missing schema)
+    records nothing: nothing ran there, so the right URL may follow.
 
     Args:
         root: the state directory.
@@ -125,14 +128,16 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
 
     Raises:
         ConfigError: ``store`` is not a PostgreSQL URL, the directory already
-            keeps its ledger in SQLite, or it records a different store.
+            keeps its ledger in SQLite, it records a different store (the
+            message names it, and says to omit ``--store`` or use a new
+            ``--state-dir``), or a new store cannot be opened.
     """
     data = json.loads(marker.read_text() or "{}")
     recorded = data.get("store")
     if store is None:
         return str(recorded) if recorded else None
     require_postgres(store)
-    from effectgate.ledger._postgres import redacted, same_database, without_password
+    from effectgate.ledger._postgres import same_database, without_password
 
     if not recorded:
         if (root / "ledger.sqlite3").exists() or (root / "checkpoints.sqlite3").exists():
@@ -140,11 +145,15 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
                 f"{root} keeps its ledger in SQLite; --store cannot move it there "
                 "(use a new state directory for a PostgreSQL store)"
             )
+        with ExitStack() as stack:  # bind only a store that opens
+            open_postgres_stores(stack, store, None)
         marker.write_text(json.dumps({"format": store_format, "store": without_password(store)}))
         return store
     if not same_database(str(recorded), store):
         raise ConfigError(
-            f"{root} keeps its ledger and checkpoints in {redacted(str(recorded))}, "
-            f"not {redacted(store)}"
+            f"{root} keeps its ledger and checkpoints in {without_password(str(recorded))}, "
+            f"not {without_password(store)}: run it without --store (the directory remembers its "
+            "store), or use a new --state-dir for the other store (a state directory keeps "
+            "one store for life: its workspace matches that ledger)"
         )
     return store

@@ -289,3 +289,27 @@ def test_a_demo_service_that_cannot_start_is_a_clear_error_with_json(tmp_path: P
     assert ran.json["error_type"] == "ServiceStartError"
     assert "mail server exited" in ran.json["error"]
     assert "Traceback" not in ran.stderr
+
+
+def test_usage_errors_with_json_print_one_error_object(tmp_path: Path) -> None:
+    """With --json a usage error (unknown option, missing value or argument) is one JSON object.
+
+    The human message stays on stderr; stdout has exactly the object other
+    errors print: status ``error``, exit code 2, the message.
+    """
+    state = str(tmp_path / "state")
+    cases = {
+        "No such option": ("demo", "--state-dir", state, "--bogus", "--json"),
+        "requires an argument": ("resume", "--json", "--state-dir", state, "--thread"),
+        "Missing argument": ("run", "--json", "--state-dir", state),
+        "Invalid value": ("demo", "--approve", "some", "--json"),
+    }
+    for says, argv in cases.items():
+        ran = eg(*argv)
+        assert ran.code == 2, (argv, ran.stderr)
+        assert ran.json["status"] == "error" and ran.json["exit_code"] == 2, ran.stdout
+        assert says in ran.json["error"] and ran.json["error_type"] == "UsageError"
+        assert says in ran.stderr
+    plain = eg("demo", "--state-dir", state, "--bogus")
+    assert plain.code == 2 and plain.stdout == "" and "No such option" in plain.stderr
+    assert not Path(state).exists()

@@ -8,6 +8,7 @@ does the same. Exit codes are listed in ``effectgate.cli._exit`` (and in
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 
 from effectgate.cli._exit import ExitCode
@@ -34,9 +35,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     # stop passed on during their start-up is not lost): handled from here.
     STOPPER.unblock()
     _quiet_missing_node_warning()
-    from effectgate.cli._app import app
+    import typer
 
-    app(args=None if argv is None else list(argv), prog_name="effectgate")
+    from effectgate.cli._app import app
+    from effectgate.cli._output import CLICK_ERRORS, usage_failed, wants_json
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        # Not standalone: a usage error comes back here, so that --json
+        # reports it on stdout like every other error (usage_failed).
+        code = app(args=args, prog_name="effectgate", standalone_mode=False)
+    except CLICK_ERRORS.ClickException as exc:
+        sys.exit(usage_failed(exc, json_mode=wants_json(args)))
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 class _MissingNodeFilter(logging.Filter):

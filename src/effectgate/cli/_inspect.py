@@ -32,6 +32,7 @@ from effectgate.cli._render import (
     operation_json,
     operation_panel,
     operations_table,
+    print_listing,
     terminal_safe,
     thread_json,
     threads_table,
@@ -208,7 +209,8 @@ def threads(state_dir: Path, output: Output) -> int:
         ]
         output.emit_json({"threads": listed})
     else:
-        output.out.print(
+        print_listing(
+            output.out,
             threads_table(
                 (
                     record,
@@ -221,7 +223,7 @@ def threads(state_dir: Path, output: Output) -> int:
                     ),
                 )
                 for record in records
-            )
+            ),
         )
     return _said_damaged(output, [(f"thread {t}", None, why) for t, why in unreadable.items()])
 
@@ -417,7 +419,7 @@ def ledger_list(
             {"operations": [operation_json(op) for op in ops], "damaged": _damaged_json(damaged)}
         )
         return int(ExitCode.ERROR) if rows else 0
-    output.out.print(operations_table(ops))
+    print_listing(output.out, operations_table(ops))
     return _said_damaged(output, rows)
 
 
@@ -472,7 +474,7 @@ def ledger_events(
     if output.json_mode:
         output.emit_json({"events": [event_json(e) for e in events]})
     else:
-        output.out.print(events_table(events))
+        print_listing(output.out, events_table(events))
     return 0
 
 

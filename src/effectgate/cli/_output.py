@@ -26,7 +26,15 @@ from effectgate.cli._render import SafeConsole, dumps
 from effectgate.cli._signals import STOPPER, Mode
 from effectgate.errors import EffectgateError
 
-__all__ = ["DEFAULT_STATE_DIR", "Output", "command_hint", "handled", "thread_exists"]
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "Output",
+    "command_hint",
+    "handled",
+    "thread_exists",
+    "usage_failed",
+    "wants_json",
+]
 
 DEFAULT_STATE_DIR = Path(".effectgate")
 """``--state-dir`` when neither the flag nor ``$EFFECTGATE_STATE_DIR`` is given."""
@@ -44,6 +52,8 @@ class Output:
     out: Console = field(default_factory=lambda: SafeConsole(highlight=False))
     err: Console = field(default_factory=lambda: SafeConsole(stderr=True, highlight=False))
     notes: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+    """Lines (rich markup) kept for the end of the command: ``last``, ``flush_last``."""
 
     @property
     def ui(self) -> Console:
@@ -54,6 +64,22 @@ class Output:
         """Tell the person something the CLI decided on their behalf (kept for ``--json``)."""
         self.notes.append(text)
         self.err.print(f"[yellow]note:[/] {escape(text)}")
+
+    def last(self, markup: str) -> None:
+        """Keep a stdout line (rich markup) for the end of the command, in order.
+
+        A run's next steps and its status line go here so that the status
+        line is the command's last line, after whatever the command explains
+        later (recovered operations, reused receipts). ``handled`` prints them
+        when the command ends.
+        """
+        self.tail.append(markup)
+
+    def flush_last(self) -> None:
+        """Print the lines kept by ``last`` on stdout, once."""
+        lines, self.tail[:] = list(self.tail), []
+        for line in lines:
+            self.out.print(line)
 
     def progress(self, text: str) -> None:
         """Print one progress line on stderr."""
@@ -136,7 +162,9 @@ def handled(
     SIGTERM are handled as ``mode`` says (``effectgate.cli._signals``); one
     that ends the block ends the command with INCOMPLETE and a message saying
     whether ``resume`` continues the thread or nothing was started. Any other
-    exception propagates with its traceback (exit status 1).
+    exception propagates with its traceback (exit status 1). The lines kept
+    by ``Output.last`` (a run's status line) are printed when the block ends,
+    so they are the command's last lines.
 
     Args:
         output: where the message (and, with ``--json``, an error object) goes.
@@ -155,6 +183,7 @@ def handled(
         with STOPPER.command(mode, output.note, reads_stop=reads_stop):
             yield
     except EffectgateError as exc:
+        output.flush_last()
         code = code_for_error(exc)
         _fail(output, code, f"{type(exc).__name__}: {exc}", type(exc).__name__, thread_id)
         raise typer.Exit(int(code)) from None
@@ -163,6 +192,7 @@ def handled(
         # one that arrives raw comes from the checkpoints or a demo service.
         sqlite_code = getattr(exc, "sqlite_errorcode", None)
         name = getattr(exc, "sqlite_errorname", "?")
+        output.flush_last()
         if not isinstance(sqlite_code, int) or sqlite_code & 0xFF not in _DAMAGED:
             raise
         message = (
@@ -174,9 +204,12 @@ def handled(
         _fail(output, ExitCode.ERROR, message, "DatabaseError", thread_id)
         raise typer.Exit(int(ExitCode.ERROR)) from None
     except KeyboardInterrupt:
+        output.flush_last()
         message = _interrupted(thread_id, state_dir)
         _fail(output, ExitCode.INCOMPLETE, message, "KeyboardInterrupt", thread_id)
         raise typer.Exit(int(ExitCode.INCOMPLETE)) from None
+    finally:
+        output.flush_last()  # the status line, after everything the command explained
 
 
 _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
@@ -189,13 +222,61 @@ def _fail(output: Output, code: ExitCode, message: str, kind: str, thread_id: st
         soft_wrap=True,  # one line, whatever the terminal's width: greppable
     )
     if output.json_mode:
-        output.emit_json(
-            {
-                "thread_id": thread_id,
-                "status": "error",
-                "exit_code": int(code),
-                "error": message,
-                "error_type": kind,
-                "notes": output.notes,
-            }
-        )
+        output.emit_json(_error_object(output, code, message, kind, thread_id))
+
+
+def _error_object(
+    output: Output, code: ExitCode | int, message: str, kind: str, thread_id: str | None
+) -> dict[str, Any]:
+    """The one JSON object of a command that ended in an error."""
+    return {
+        "thread_id": thread_id,
+        "status": "error",
+        "exit_code": int(code),
+        "error": message,
+        "error_type": kind,
+        "notes": output.notes,
+    }
+
+
+CLICK_ERRORS = sys.modules[typer.BadParameter.__module__]
+"""The click exceptions typer raises: its own copy (``typer._click``) since 0.2x, click's before."""
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether a command line asks for ``--json`` (before any ``--``), parsed or not."""
+    words = args[: args.index("--")] if "--" in args else args
+    return "--json" in words
+
+
+def usage_failed(exc: Exception, *, json_mode: bool) -> int:
+    """Report a usage error (unknown option, missing value) as typer would, and return its code.
+
+    The usage and the message go to stderr in typer's own format; with
+    ``--json`` on the command line stdout also gets the error object every
+    other error prints (``error_type`` ``UsageError``, ``exit_code`` 2), so a
+    script reading stdout is never left with nothing.
+
+    Args:
+        exc: the ``ClickException`` (of ``CLICK_ERRORS``) raised while parsing
+            (``standalone_mode=False``).
+        json_mode: whether the command line had ``--json``.
+
+    Returns:
+        The exit code: the error's own (2 for a usage error).
+    """
+    try:
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - typer depends on rich
+        exc.show()  # type: ignore[attr-defined]
+    code = int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
+    if exc.__class__.__name__ == "NoArgsIsHelpError":
+        return code  # the help was printed; nothing was asked of --json
+    if json_mode:
+        usage = isinstance(exc, CLICK_ERRORS.UsageError)
+        kind = "UsageError" if usage else type(exc).__name__
+        message = exc.format_message()  # type: ignore[attr-defined]
+        Output(json_mode=True).emit_json(_error_object(Output(), code, message, kind, None))
+    return code

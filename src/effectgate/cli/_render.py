@@ -40,8 +40,10 @@ __all__ = [
     "operation_json",
     "operation_panel",
     "operations_table",
+    "print_listing",
     "pending_text",
     "print_summary",
+    "status_line",
     "result_json",
     "short_hash",
     "state_counts",
@@ -418,44 +420,141 @@ def _state_text(state: str) -> Text:
     return Text(state, style=STATE_STYLES.get(state, ""))
 
 
+def _listing(
+    title: str, columns: Sequence[tuple[str, bool]], rows: Iterable[Sequence[str | Text]]
+) -> Table:
+    """A table whose id columns never wrap; the other columns fold to fit the width.
+
+    Args:
+        title: the table's title.
+        columns: ``(header, whole)`` in order; a whole column is as wide as its
+            widest cell, so an id stays on one line on a narrow terminal (and
+            can be copied whole) while the other columns fold.
+        rows: the cells, one sequence per row, in column order.
+    """
+    rows = list(rows)
+    table = Table(title=title, title_justify="left", expand=False)
+    for i, (name, whole) in enumerate(columns):
+        if whole:
+            widest = max([len(name), *(Text(str(r[i])).cell_len for r in rows)])
+            table.add_column(name, no_wrap=True, min_width=widest)
+        else:
+            table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _cell_line(cell: object) -> str:
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    return text.replace("\t", " ").replace("\r\n", " ").replace("\n", " ")
+
+
+_FOLDED_CELLS = 12
+"""The width a folding column is granted when deciding whether a listing fits as a table."""
+
+
+def _fits(console: Console, table: Table) -> bool:
+    """Whether ``table`` fits the terminal with its ids whole and each other column readable."""
+    needed = 3 * len(table.columns) + 1  # borders and padding
+    for column in table.columns:
+        widest = max(
+            [len(str(column.header)), *(Text(_cell_line(c)).cell_len for c in column.cells)]
+        )
+        needed += widest if column.no_wrap else min(widest, _FOLDED_CELLS)
+    return needed <= console.width
+
+
+def print_listing(console: Console, table: Table) -> None:
+    """Print a listing (``threads``, ``ledger list``, ``ledger events``) for a person or a pipe.
+
+    - stdout not a terminal (a pipe, a file): one line per row, its cells in
+      the table's column order separated by tabs, no title, header or border
+      (a tab or newline inside a cell becomes a space), for ``grep``, ``cut``
+      and ``awk``; ``--json`` has every field.
+    - a terminal wide enough for the table with its ids whole: the rich table
+      (ids never wrap, other columns fold).
+    - a narrower terminal: one block per row, ``header  value`` per line (as
+      ``psql``'s expanded display), so no id is ever broken across lines.
+    """
+    cells = [list(column.cells) for column in table.columns]
+    if not console.is_terminal:
+        # Written past rich, which would expand the tabs into spaces.
+        for row in zip(*cells, strict=True):
+            console.file.write(terminal_safe("\t".join(_cell_line(c) for c in row)) + "\n")
+        console.file.flush()
+        return
+    if _fits(console, table):
+        console.print(table)
+        return
+    headers = [str(column.header) for column in table.columns]
+    pad = max(len(h) for h in headers)
+    console.print(Text(str(table.title or ""), style="italic"))
+    for n, row in enumerate(zip(*cells, strict=True), 1):
+        console.print(Text(f"-[ {n} ]-", style="dim"))
+        for header, cell in zip(headers, row, strict=True):
+            value = cell if isinstance(cell, Text) else Text(str(cell))
+            console.print(Text.assemble((header.ljust(pad), "bold"), "  ", value))
+
+
+_OPERATION_COLUMNS = (
+    ("operation", True),
+    ("tool", False),
+    ("state", False),
+    ("attempt", False),
+    ("reference / error", False),
+    ("updated", False),
+)
+
+
 def operations_table(ops: Iterable[Operation], *, title: str = "ledger") -> Table:
     """Render operations as a table: id, tool, state, attempt, reference, updated."""
-    table = Table(title=title, title_justify="left", expand=False)
-    for name in ("operation", "tool", "state", "attempt", "reference / error", "updated"):
-        table.add_column(name, overflow="fold")
+    rows = []
     for op in ops:
         detail = field_text(op.receipt.reference if op.receipt is not None else op.error)
-        table.add_row(
-            _plain(op.operation_id),
-            op.tool,
-            _state_text(op.state.value),
-            str(op.attempt),
-            _plain(detail or ""),
-            op.updated_at.strftime("%H:%M:%S"),
+        rows.append(
+            (
+                _plain(op.operation_id),
+                op.tool,
+                _state_text(op.state.value),
+                str(op.attempt),
+                _plain(detail or ""),
+                op.updated_at.strftime("%H:%M:%S"),
+            )
         )
-    return table
+    return _listing(title, _OPERATION_COLUMNS, rows)
+
+
+_EVENT_COLUMNS = (
+    ("seq", False),
+    ("at", False),
+    ("operation", True),
+    ("change", False),
+    ("attempt", False),
+    ("detail", False),
+)
 
 
 def events_table(events: Iterable[Event]) -> Table:
     """Render ledger events in order: seq, time, operation, transition, attempt, detail."""
-    table = Table(title="events", title_justify="left")
-    for name in ("seq", "at", "operation", "change", "attempt", "detail"):
-        table.add_column(name, overflow="fold")
+    rows = []
     for event in events:
         if event.src is None and event.dst is None:
             change = event.kind.value
         else:
             src = event.src.value if event.src is not None else "-"
             change = f"{src} -> {event.dst.value if event.dst is not None else '-'}"
-        table.add_row(
-            str(event.seq),
-            event.at.strftime("%H:%M:%S.%f")[:-3],
-            _plain(event.operation_id),
-            change,
-            str(event.attempt),
-            _plain(_detail_text(event.detail)),
+        rows.append(
+            (
+                str(event.seq),
+                event.at.strftime("%H:%M:%S.%f")[:-3],
+                _plain(event.operation_id),
+                change,
+                str(event.attempt),
+                _plain(_detail_text(event.detail)),
+            )
         )
-    return table
+    return _listing("events", _EVENT_COLUMNS, rows)
 
 
 def metrics_table(metrics: LedgerMetrics) -> Table:
@@ -477,22 +576,31 @@ def metrics_table(metrics: LedgerMetrics) -> Table:
     return table
 
 
+_THREAD_COLUMNS = (
+    ("thread", True),
+    ("status", False),
+    ("kind / model", False),
+    ("task", False),
+    ("created", False),
+)
+
+
 def threads_table(rows: Iterable[tuple[ThreadRecord, str | None]]) -> Table:
     """Render threads: id, status, kind and model, task, created."""
-    table = Table(title="threads", title_justify="left")
-    for name in ("thread", "status", "kind / model", "task", "created"):
-        table.add_column(name, overflow="fold")
+    cells = []
     for record, status in rows:
         meta = record.metadata
         kind = f"{meta.get('kind', '-')} / {meta.get('model', '-')}"
-        table.add_row(
-            _plain(record.thread_id),
-            status or "?",
-            _plain(kind),
-            _plain(str(record.input.get("task", ""))),
-            record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        cells.append(
+            (
+                _plain(record.thread_id),
+                status or "?",
+                _plain(kind),
+                _plain(str(record.input.get("task", ""))),
+                record.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            )
         )
-    return table
+    return _listing("threads", _THREAD_COLUMNS, cells)
 
 
 def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
@@ -529,7 +637,11 @@ def print_summary(
     external: Mapping[str, Any] | None,
     exit_code: int,
 ) -> None:
-    """Print what ran, the receipts, the ledger table and the external systems' counts."""
+    """Print what ran, the receipts, the ledger table and the external systems' counts.
+
+    The status line is not printed here: ``status_line`` makes it, and the
+    command prints it last (``Output.last``), after any explanation.
+    """
     if result.final_message:
         console.print(Panel(_plain(result.final_message), title="agent", title_align="left"))
     if result.operations:
@@ -549,8 +661,12 @@ def print_summary(
         console.print(f"[bold red]{escape(failed)}[/]")
     for item in result.interrupts:
         console.print(pending_text(item.kind, item.value))
+
+
+def status_line(result: RunResult, exit_code: int) -> str:
+    """The final line of a run's summary (rich markup): ``thread T: done (exit code 0)``."""
     status = _STATUS_TEXT.get(result.status.value, result.status.value)
-    console.print(f"thread [bold]{escape(result.thread_id)}[/]: {status} (exit code {exit_code})")
+    return f"thread [bold]{escape(result.thread_id)}[/]: {status} (exit code {exit_code})"
 
 
 def pending_text(kind: str, value: Mapping[str, Any]) -> Text:

@@ -30,7 +30,7 @@ from effectgate.cli._decisions import (
 )
 from effectgate.cli._exit import ExitCode, code_for_status
 from effectgate.cli._output import Output, command_hint
-from effectgate.cli._render import print_summary, result_json
+from effectgate.cli._render import print_summary, result_json, status_line
 from effectgate.cli._review_ui import TerminalReviewer
 from effectgate.cli._session import (
     Driven,
@@ -344,10 +344,13 @@ def report(
         )
     else:
         print_summary(output.out, result, external=external, exit_code=int(code))
-        for line in _next_steps(result, code, state_dir):
-            output.out.print(escape(line))
     for line in driven.refused:
         output.err.print(f"[bold red]error[/] (bad_input, exit 2): {escape(line)}")
+    if not output.json_mode:
+        # Printed at the very end of the command, after what it recovered (_recovery).
+        for line in _next_steps(result, code, state_dir):
+            output.last(escape(line))
+        output.last(status_line(result, int(code)))
     return int(code)
 
 

@@ -1,0 +1,104 @@
+"""Listings on an 80-column terminal and through a pipe keep every id on one line (issue #36)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from pathlib import Path
+
+from rich.console import Console
+
+from effectgate.ledger import SqliteLedger
+from tests.cli.conftest import CLI, Ran, cli_env
+
+
+def _piped(*args: str) -> str:
+    env = {**cli_env(), "COLUMNS": "80"}
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=60,
+                          stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _ids(state: Path) -> tuple[list[str], list[str]]:
+    with SqliteLedger(state / "ledger.sqlite3") as ledger:
+        ops = [op.operation_id for op in ledger.list()]
+        threads = [t.thread_id for t in ledger.list_threads()]
+    return ops, threads
+
+
+def test_piped_listings_are_one_tab_separated_line_per_row(
+    finished_demo: tuple[Path, Ran],
+) -> None:
+    """COLUMNS=80 and a pipe: each row is one line, its id the first field, whole."""
+    state, _ = finished_demo
+    ops, threads = _ids(state)
+    assert max(map(len, ops)) > 30  # long enough to have wrapped in an 80-column table
+    listed = _piped("ledger", "list", "--state-dir", str(state)).splitlines()
+    assert [line.split("\t")[0] for line in listed] == ops
+    assert all(line.split("\t")[2] == "SUCCEEDED" for line in listed)
+    events = _piped("ledger", "events", "--state-dir", str(state)).splitlines()
+    assert {line.split("\t")[2] for line in events} == set(ops)
+    rows = _piped("threads", "--state-dir", str(state)).splitlines()
+    assert [line.split("\t")[0] for line in rows] == threads == ["demo-1"]
+    assert rows[0].split("\t")[1] == "done"
+
+
+def test_an_80_column_terminal_never_breaks_an_id(finished_demo: tuple[Path, Ran]) -> None:
+    """On a terminal too narrow for the table each row becomes a block; ids stay whole."""
+    state, _ = finished_demo
+    ops, _ = _ids(state)
+    script = (
+        "import sys; from effectgate.cli import main; "
+        f"main(['ledger', 'list', '--state-dir', {str(state)!r}])"
+    )
+    # A real terminal for stdout: rich decides from isatty, as for a person.
+    out = _in_a_terminal(script)
+    for op in ops:
+        assert any(op in line for line in out.splitlines()), (op, out)
+
+
+def _in_a_terminal(script: str) -> str:
+    """Run ``python -c script`` with stdout on a pseudo-terminal 80 columns wide; its output."""
+    import pty
+    import sys
+
+    leader, follower = pty.openpty()
+    env = {**cli_env(), "COLUMNS": "80"}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=follower, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_a_wide_terminal_keeps_the_table_with_ids_on_one_line() -> None:
+    """Wide enough: the rich table, and a long id is not folded even when the task is."""
+    from datetime import UTC, datetime
+
+    from effectgate.cli._render import print_listing, threads_table
+    from effectgate.ledger import ThreadRecord
+
+    record = ThreadRecord(
+        thread_id="incident-2026-12-04-orders-error-rate-abcdef",
+        input={"task": "a long task " * 20},
+        metadata={"kind": "run", "model": "scripted:incident"},
+        created_at=datetime(2026, 12, 4, tzinfo=UTC),
+    )
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=120, force_terminal=True, no_color=True)
+    print_listing(console, threads_table([(record, "done")]))
+    text = buffer.getvalue()
+    assert "┏" in text and "-[ 1 ]-" not in text  # a table, not blocks
+    assert any(record.thread_id in line for line in text.splitlines())
