@@ -34,6 +34,7 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
     ("effectgate._workers", "effectgate.cli._loader"),
     ("effectgate._workers", "effectgate.cli._render"),
     ("effectgate._workers", "effectgate.cli._runs"),
+    ("effectgate._workers", "effectgate.cli._signals"),
 }
 """Library modules that still import the CLI (issue #34)."""
 
