@@ -1,0 +1,169 @@
+"""Connection faults on a private PostgreSQL: terminated backends, restarts, a stopped server.
+
+Each test breaks a server of its own (``PrivateCluster``: ``initdb`` in a temp
+directory, a free port), never the shared one, and asserts on what the
+external systems hold (ledger rows, the ticket service's tickets), not on logs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from effectgate._app import StateDir, open_agent
+from effectgate.demo.services import DemoServices
+from effectgate.ledger import OpState, PostgresLedger
+from effectgate.testing.oracle import world
+from effectgate.testing.postgres import ENV_REQUIRE, PrivateCluster, scratch_database
+from tests.cli.conftest import CLI, cli_env, eg
+
+TASK = "Check the order service's error rate and handle any incident."
+
+pytestmark = pytest.mark.crash
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PrivateCluster]:
+    """One private server per module; each test gets its own database on it."""
+    if not PrivateCluster.available():
+        if os.environ.get(ENV_REQUIRE) == "1":
+            pytest.fail("initdb / pg_ctl not installed", pytrace=False)
+        pytest.skip("initdb / pg_ctl not installed (Debian: postgresql)")
+    server = PrivateCluster()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def url(cluster: PrivateCluster) -> Iterator[str]:
+    """A fresh database on the private server, dropped after the test."""
+    with scratch_database(cluster.admin_dsn) as dsn:
+        yield cluster.url(_dbname(dsn))
+
+
+def _dbname(dsn: str) -> str:
+    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
+def _approve_all(request: dict[str, Any]) -> dict[str, Any]:
+    return {"decisions": [{"type": "approve"} for _ in request["action_requests"]]}
+
+
+def test_terminated_backends_between_calls_are_retried_on_fresh_connections(
+    cluster: PrivateCluster, url: str, services: DemoServices, state_dir: StateDir
+) -> None:
+    """pg_terminate_backend of every backend before each step: each next call succeeds.
+
+    Before: the first call after the terminations failed as a ConfigError
+    ("cannot use ledger database: server closed the connection unexpectedly"),
+    the next with psycopg's AdminShutdown from the checkpoint pool.
+    """
+    db = _dbname(url)
+    with open_agent(state_dir, endpoints=services.endpoints, store=url) as agent:
+        result = agent.start(TASK, thread_id="t1")
+        while result.status == "waiting_review":
+            assert cluster.terminate_backends(db) >= 1
+            pending = result.interrupts[0]
+            result = agent.resume("t1", answers={pending.id: _approve_all(dict(pending.value))})
+        assert result.status == "done", result.error
+        cluster.terminate_backends(db)
+        assert agent.status("t1").status == "done"
+    assert world(state_dir).tickets == 1
+    assert len(services.tickets()) == 1
+    with PostgresLedger(url) as ledger:
+        ops = ledger.list(thread_id="t1")
+        assert sorted(op.tool for op in ops) == ["create_ticket", "send_email", "write_file"]
+        assert {op.state for op in ops} == {OpState.SUCCEEDED}
+        assert {op.attempt for op in ops} == {1}
+
+
+def test_a_ledger_call_after_terminated_backends_commits_once(
+    cluster: PrivateCluster, url: str
+) -> None:
+    """A thread record and a lease taken right after every backend was ended: one row each."""
+    db = _dbname(url)
+    with PostgresLedger(url, pool_size=2) as ledger:
+        ledger.record_thread("t1", {"task": "x"}, {})
+        cluster.terminate_backends(db)
+        lease = ledger.acquire_lease("t1", "w1", 30)
+        cluster.terminate_backends(db)
+        ledger.renew_lease(lease, 30)
+        cluster.terminate_backends(db)
+        assert [t.thread_id for t in ledger.list_threads()] == ["t1"]
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM ledger_threads").fetchone() == (1,)
+        assert conn.execute("SELECT owner FROM ledger_thread_leases").fetchall() == [("w1",)]
+
+
+def _state_of(url: str, tool: str) -> str | None:
+    """The ledger row's state of the one operation of ``tool``, read straight from the table."""
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            row = conn.execute(
+                "SELECT state FROM ledger_operations WHERE tool = %s", (tool,)
+            ).fetchone()
+    except psycopg.OperationalError:
+        return None
+    return None if row is None else str(row[0])
+
+
+def _wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_server_stopped_mid_command_ends_it_with_exit_75_in_one_line(
+    cluster: PrivateCluster, url: str, services: DemoServices, state_dir: StateDir
+) -> None:
+    """The server stops while ``resume`` waits for the ticket service: exit 75, one line.
+
+    Then, with the server back, ``resume`` finishes the thread with one ticket:
+    the attempt whose result could not be recorded is settled by lookup, not repeated.
+    Before: the command ended with a traceback or a ConfigError (exit 2).
+    """
+    sd = ["--state-dir", str(state_dir.root)]
+    started = eg("demo", *sd, "--store", url, "--thread", "t1", "--json", timeout=120)
+    assert started.code == 4, started.stderr[-2000:]
+    services.set_fault("tickets", "slow", delay_s=4)
+    env = {**cli_env(), "EFFECTGATE_DB_RETRY_S": "1"}
+    proc = subprocess.Popen(
+        [*CLI, "resume", *sd, "--thread", "t1", "--approve", "all"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    stopped = False
+    try:
+        _wait_for(lambda: _state_of(url, "create_ticket") == "IN_FLIGHT", "the ticket claim")
+        cluster.stop("fast")
+        stopped = True
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if stopped:
+            cluster.start()
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert proc.returncode == 75, stderr[-3000:]
+    assert len(lines) == 1, stderr[-3000:]
+    assert "DatabaseUnavailableError" in lines[0] and "Traceback" not in stderr
+    services.set_fault("tickets", "normal")
+    again = eg("resume", *sd, "--thread", "t1", "--approve", "all", "--json", timeout=120)
+    assert again.code == 0, again.stderr[-2000:]
+    assert len(services.tickets()) == 1
+    with PostgresLedger(url) as ledger:
+        assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
