@@ -114,7 +114,7 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
         super().__init__(conn, **kwargs)
         self._local = threading.local()
         self._retry_s = _retry_budget(retry_for)
-        self._where = f"checkpoints {where}".strip()
+        self._where = f"{where} (checkpoints)".strip()
 
     def _retrying(self, call: Any) -> Any:
         return retry_transient(call, where=self._where, budget_s=self._retry_s)

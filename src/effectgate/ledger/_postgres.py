@@ -53,6 +53,7 @@ commits may become visible out of ``seq`` order.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import threading
@@ -120,6 +121,12 @@ __all__ = [
     "same_database",
     "without_password",
 ]
+
+# psycopg_pool warns of every failed reconnection; the store retries and says
+# what matters in one error. With no logging configured, Python's last-resort
+# handler would print each warning on stderr: a NullHandler keeps them for
+# whoever configures logging (they still propagate) and off a bare stderr.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 _OP_COLUMNS = ", ".join(codec.OPERATION_COLUMNS)
 _OP_PARAMS = ", ".join(["%s"] * len(codec.OPERATION_COLUMNS))
@@ -486,7 +493,7 @@ def _gave_up(exc: BaseException, where: str, budget_s: float) -> Exception:
         return _translate(exc, where)
     why = "no connection could be had" if isinstance(exc, PoolTimeout) else _first_line(exc)
     return DatabaseUnavailableError(
-        f"ledger database {where} stayed unavailable for {budget_s:g} s of retrying ({why}); "
+        f"PostgreSQL {where} stayed unavailable for {budget_s:g} s of retrying ({why}); "
         "nothing new was committed; try again"
     )
 
