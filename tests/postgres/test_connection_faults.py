@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from effectgate._app import StateDir, open_agent
+from effectgate._workers import submit
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, PostgresLedger
 from effectgate.testing.oracle import world
 from effectgate.testing.postgres import ENV_REQUIRE, PrivateCluster, scratch_database
+from effectgate.testing.tcp_proxy import DroppingProxy
 from tests.cli.conftest import CLI, cli_env, eg
 
 TASK = "Check the order service's error rate and handle any incident."
@@ -175,3 +179,111 @@ def test_a_server_stopped_mid_command_ends_it_with_exit_75_in_one_line(
     assert len(services.tickets()) == 1
     with PostgresLedger(url) as ledger:
         assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
+
+
+WORKER_FLAGS = ("--approve", "all", "--json", "--lease-ttl", "3")
+
+
+def test_an_idle_worker_rides_over_a_server_restart(
+    cluster: PrivateCluster, url: str, services: DemoServices, state_dir: StateDir, tmp_path: Path
+) -> None:
+    """``pg_ctl restart -m fast`` while a worker idles: it keeps running and takes a new thread.
+
+    A regression guard: against the code before this change it passed too
+    (the idle worker's first statement after the restart did not meet the
+    dead connection here); the terminations of test (a) are what failed then.
+    """
+    with open_agent(state_dir, endpoints=services.endpoints, store=url) as agent:
+        submit(agent, TASK, thread_id="t1")
+    log = (tmp_path / "worker.out").open("w")
+    worker = subprocess.Popen(
+        [*CLI, "worker", "--state-dir", str(state_dir.root), "--store", url, *WORKER_FLAGS],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**cli_env(), "EFFECTGATE_DB_RETRY_S": "1"},
+    )
+    try:
+        try:
+            _wait_for(lambda: _states(url, "t1") == {"SUCCEEDED"}, "the first thread", 60)
+        except AssertionError:
+            raise AssertionError((tmp_path / "worker.out").read_text()[-3000:]) from None
+        cluster.restart("fast")
+        with open_agent(state_dir, endpoints=services.endpoints, store=url) as agent:
+            submit(agent, TASK, thread_id="t2")
+        # t2's calls share t1's operations (business keys): its own rows are its checkpoints
+        _wait_for(lambda: _checkpoints(url, "t2") > 0 or worker.poll() is not None, "t2", 120)
+        assert worker.poll() is None, (tmp_path / "worker.out").read_text()[-3000:]
+        # no thread was taken for one this worker cannot run because of a database error
+        assert '"skipped"' not in (tmp_path / "worker.out").read_text()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        log.close()
+    assert len(services.tickets()) == 1  # t2's ticket is t1's operation (same business key)
+
+
+def _checkpoints(url: str, thread_id: str) -> int:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM checkpoints WHERE thread_id = %s", (thread_id,)
+            ).fetchone()
+    except psycopg.Error:
+        return 0
+    return 0 if row is None else int(row[0])
+
+
+def _states(url: str, thread_id: str) -> set[str]:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            rows = conn.execute(
+                "SELECT state FROM ledger_operations WHERE thread_id = %s", (thread_id,)
+            ).fetchall()
+    except psycopg.Error:
+        return set()
+    return {str(r[0]) for r in rows}
+
+
+def test_connections_cut_mid_run_repeat_no_effect(
+    cluster: PrivateCluster, url: str, services: DemoServices, state_dir: StateDir
+) -> None:
+    """A proxy cuts every connection over and over while a thread runs: no effect twice.
+
+    The run finishes (resumed again if a cut left it incomplete), every
+    operation succeeded at attempt 1, one ticket and one mail exist.
+    """
+    proxy = DroppingProxy(("127.0.0.1", cluster.port))
+    proxied = url.replace(f":{cluster.port}/", f":{proxy.port}/")
+    stop = threading.Event()
+
+    def cut() -> None:
+        while not stop.wait(1.5):
+            proxy.drop_all()
+
+    cutter = threading.Thread(target=cut, daemon=True)
+    try:
+        with open_agent(state_dir, endpoints=services.endpoints, store=proxied) as agent:
+            cutter.start()
+            result = agent.start(TASK, thread_id="t1")
+            for _ in range(20):
+                if result.status == "done":
+                    break
+                answers = {
+                    p.id: _approve_all(dict(p.value))
+                    for p in result.interrupts
+                    if isinstance(p.value, dict) and p.value.get("type") == "review"
+                }
+                result = agent.resume("t1", answers=answers or None)
+            stop.set()
+            cutter.join()
+            assert result.status == "done", result.error
+    finally:
+        stop.set()
+        proxy.close()
+    assert proxy.dropped > 0
+    assert len(services.tickets()) == 1 and len(services.mails()) == 1
+    with PostgresLedger(url) as ledger:
+        ops = ledger.list(thread_id="t1")
+        assert {op.state for op in ops} == {OpState.SUCCEEDED}
+        assert {op.attempt for op in ops} == {1}
