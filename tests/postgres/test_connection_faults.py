@@ -287,3 +287,38 @@ def test_connections_cut_mid_run_repeat_no_effect(
         ops = ledger.list(thread_id="t1")
         assert {op.state for op in ops} == {OpState.SUCCEEDED}
         assert {op.attempt for op in ops} == {1}
+
+
+def test_a_commit_whose_answer_is_lost_is_looked_up_not_repeated(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The COMMIT runs, then its connection dies before the answer is read: one row, no error.
+
+    The session looks the transaction id up (``pg_xact_status``: committed) instead
+    of replaying the block; a replay would find its own row and refuse
+    (LedgerBusyError), a blind repeat would write twice. Before: ConfigError.
+    """
+    from effectgate.ledger._postgres import _Session
+
+    real = _Session._send
+    lost: list[bool] = []
+
+    def send(self: Any, conn: Any, steps: Any, *, commit: bool, pipeline: bool) -> Any:
+        results = real(self, conn, steps, commit=commit, pipeline=pipeline)
+        if commit and not lost:
+            lost.append(True)
+            conn.close()  # the answer is "lost" with its connection
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return results
+
+    with PostgresLedger(postgres_url) as ledger:
+        ledger.record_thread("t0", {"task": "x"}, {})
+        monkeypatch.setattr(_Session, "_send", send)
+        ledger.record_thread("t1", {"task": "y"}, {})
+        monkeypatch.undo()
+        assert lost == [True]
+        assert len(ledger.thread_events("t1")) == len(ledger.thread_events("t0"))
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM ledger_threads WHERE thread_id = 't1'"
+        ).fetchone() == (1,)

@@ -918,7 +918,15 @@ class _Session:
                 "and it is not repeated blindly: the next call reads what the ledger holds"
             ) from exc
         while True:
-            self._pause(exc)
+            try:
+                self._pause(exc)
+            except DatabaseUnavailableError:
+                raise DatabaseUnavailableError(
+                    f"ledger database {self._store._where} stayed unavailable for "
+                    f"{self._store._retry_s:g} s after the connection was lost while a "
+                    f"commit was sent ({_first_line(exc)}); whether it committed is unknown "
+                    "and it is not repeated blindly: the next call reads what the ledger holds"
+                ) from exc
             try:
                 conn = self._connection()
                 if status_of is not None:
