@@ -42,6 +42,7 @@ PUBLIC = {
         "ApprovalMismatchError",
         "ClaimLostError",
         "ConfigError",
+        "DatabaseUnavailableError",
         "DecisionError",
         "EffectgateError",
         "FollowUpError",

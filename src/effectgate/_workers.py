@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -42,10 +43,12 @@ from effectgate._process import owner_is_gone
 from effectgate.errors import (
     CheckpointCorruptError,
     ConfigError,
+    LedgerBusyError,
     LedgerCorruptError,
     ThreadBusyError,
 )
 from effectgate.ledger import DamagedThread
+from effectgate.ledger._backoff import full_jitter_delay
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
@@ -310,56 +313,101 @@ def work(
             ``--agent`` recipe), or ``None`` to take it; reported once as
             ``skipped``, like a thread that needs a tool the agent lacks.
 
+    A database that stays out of reach past the store's own retries
+    (``DatabaseUnavailableError``, or a ``LedgerBusyError``) does not end the
+    worker and says nothing about any thread: it is said once per outage,
+    the worker backs off (full jitter, ``poll_s`` doubling up to
+    ``_OUTAGE_CAP_S``) and scans again once the database answers. The
+    thread it was running stays unfinished and is taken up again then.
+
     Returns:
         The number of runs this worker made.
     """
     stop = stop or threading.Event()
     runs = 0
-    skipped: set[str] = set()
-    """Threads this worker cannot run (a tool it lacks): reported once, then left alone."""
-    noted: set[str] = set()
-    """Why the review policy left a review for a person, per thread: said once."""
+    outages = 0
+    rng = random.Random()
+    state = _ScanState(skipped=set(), noted=set())
     while not stop.is_set():
-        moved = held = 0
-        for record in _threads(agent, say, noted):
-            if stop.is_set():
-                break
-            if record.thread_id in skipped:
-                continue
-            why = refuses(record) if refuses is not None else None
-            if why is not None:
-                skipped.add(record.thread_id)
-                # Said only of a thread with something left to do: another
-                # agent's finished thread is nobody's work.
-                if say is not None and not _finished(agent, record.thread_id):
-                    say({"thread_id": record.thread_id, "skipped": why})
-                continue
-            try:
-                state = readiness(agent, record.thread_id)
-            except (LedgerCorruptError, CheckpointCorruptError) as exc:
-                # One damaged row must not stop every worker (each would
-                # meet it on its scan): the thread waits for a person, the
-                # others go on. Read again on each scan, so a repaired
-                # thread is taken; said once.
-                _say_once(say, noted, _unreadable(record.thread_id, exc))
-                continue
-            if state is Readiness.HELD:
-                held += 1
-            takes_review = state is Readiness.REVIEW and opts.approve is not None
-            if state not in (Readiness.NEW, Readiness.UNFINISHED) and not takes_review:
-                continue
-            outcome = _take(
-                agent, record.thread_id, state, opts, say=say, skipped=skipped, noted=noted
-            )
-            held += outcome == "held"
-            if outcome == "moved":
-                runs += 1
-                moved += 1
+        try:
+            moved, held = _scan(agent, opts, say=say, stop=stop, refuses=refuses, state_of=state)
+        except LedgerBusyError as exc:
+            outages += 1
+            if outages == 1 and say is not None:
+                say({"database": "unavailable", "error": str(exc), "worker": agent.worker})
+            base = max(opts.poll_s, 0.05)
+            stop.wait(full_jitter_delay(outages, base_s=base, cap_s=_OUTAGE_CAP_S, rng=rng))
+            continue
+        if outages and say is not None:
+            say({"database": "available", "worker": agent.worker})
+        outages = 0
+        runs += moved
         if moved == 0:
             if opts.until_idle and held == 0:
                 return runs
             stop.wait(opts.poll_s)
     return runs
+
+
+_OUTAGE_CAP_S = 5.0
+"""The longest pause, in seconds, between two scans of a worker whose database is unavailable."""
+
+
+@dataclass(slots=True)
+class _ScanState:
+    skipped: set[str]
+    """Threads this worker cannot run (a tool it lacks): reported once, then left alone."""
+    noted: set[str]
+    """Why the review policy left a review for a person, per thread: said once."""
+
+
+def _scan(
+    agent: Agent,
+    opts: WorkerOptions,
+    *,
+    say: Callable[[Mapping[str, Any]], None] | None,
+    stop: threading.Event,
+    refuses: Callable[[ThreadRecord], str | None] | None,
+    state_of: _ScanState,
+) -> tuple[int, int]:
+    """One pass over the threads: ``(moved, held)``; each thread moved is one run.
+
+    Raises:
+        LedgerBusyError: the database was unavailable (or locked) past its retries.
+    """
+    skipped, noted = state_of.skipped, state_of.noted
+    moved = held = 0
+    for record in _threads(agent, say, noted):
+        if stop.is_set():
+            break
+        if record.thread_id in skipped:
+            continue
+        why = refuses(record) if refuses is not None else None
+        if why is not None:
+            skipped.add(record.thread_id)
+            # Said only of a thread with something left to do: another
+            # agent's finished thread is nobody's work.
+            if say is not None and not _finished(agent, record.thread_id):
+                say({"thread_id": record.thread_id, "skipped": why})
+            continue
+        try:
+            state = readiness(agent, record.thread_id)
+        except (LedgerCorruptError, CheckpointCorruptError) as exc:
+            # One damaged row must not stop every worker (each would
+            # meet it on its scan): the thread waits for a person, the
+            # others go on. Read again on each scan, so a repaired
+            # thread is taken; said once.
+            _say_once(say, noted, _unreadable(record.thread_id, exc))
+            continue
+        if state is Readiness.HELD:
+            held += 1
+        takes_review = state is Readiness.REVIEW and opts.approve is not None
+        if state not in (Readiness.NEW, Readiness.UNFINISHED) and not takes_review:
+            continue
+        outcome = _take(agent, record.thread_id, state, opts, say=say, skipped=skipped, noted=noted)
+        held += outcome == "held"
+        moved += outcome == "moved"
+    return moved, held
 
 
 MAX_PROCESSES = 64

@@ -5,6 +5,7 @@ EffectgateError
 ├── ConfigError                 bad flags/env/state directory; raised before any I/O
 ├── LedgerError                 the ledger refused or failed; nothing new was committed
 │   ├── LedgerBusyError         lock wait exceeded busy_timeout; retryable
+│   │   └── DatabaseUnavailableError  connection lost or server down past the retry budget
 │   ├── LedgerCorruptError      row fails validation (unknown state, bad hash, bad JSON)
 │   ├── SchemaVersionError      database ahead of this build, or behind with migrations off
 │   ├── IllegalTransitionError  (operation_id, src, dst); a programming error
@@ -43,6 +44,7 @@ __all__ = [
     "CheckpointCorruptError",
     "ClaimLostError",
     "ConfigError",
+    "DatabaseUnavailableError",
     "DecisionError",
     "EffectgateError",
     "FollowUpError",
@@ -124,6 +126,18 @@ class CheckpointCorruptError(EffectgateError):
 
 class LedgerBusyError(LedgerError):
     """A lock wait exceeded the store's busy timeout; retrying later may succeed."""
+
+
+class DatabaseUnavailableError(LedgerBusyError):
+    """The database stayed out of reach for the whole retry budget; try again later.
+
+    Raised when a connection was lost, the server shut down or restarted, or
+    no connection could be had, and retrying on fresh connections for the
+    store's retry budget did not get through. Nothing new was committed,
+    unless the message says the outcome of a commit is unknown: then the
+    next call reads what the ledger holds (the commit is never repeated
+    blindly). The CLI ends with exit 75 (BUSY), as for any ``LedgerBusyError``.
+    """
 
 
 class LedgerCorruptError(LedgerError):

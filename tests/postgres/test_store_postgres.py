@@ -340,7 +340,7 @@ class _Trips:
 def test_an_event_travels_with_the_commit_and_a_lease_is_one_round_trip(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A claim: [BEGIN, UPDATE], then [INSERT event, COMMIT]; lease give-up and re-take: one each.
+    """A claim: [BEGIN, settings, UPDATE], then [INSERT event, COMMIT]; lease give-up, re-take: one.
 
     What the saving must not change: the event is committed with the claim,
     in the same transaction, and the lease rows are what the full rule gives.
@@ -351,13 +351,14 @@ def test_an_event_travels_with_the_commit_and_a_lease_is_one_round_trip(
         ledger.record_review([req], [make_approval(req, clock)])
         trips = _Trips(monkeypatch)
         ledger.claim(req.operation_id, attempt=1, worker="w1")
-        assert trips.statements == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+        # SELECT: the transaction's id and local settings, with BEGIN (no round trip of its own)
+        assert trips.statements == ["BEGIN", "SELECT", "UPDATE", "INSERT", "COMMIT"]
         assert trips.trips == 2
         lease = ledger.acquire_lease("t1", "w1", 30)
         trips.reset()
         ledger.release_lease(lease)
         again = ledger.acquire_lease("t1", "w1", 30)
-        assert trips.trips == 2  # one each: BEGIN, SET LOCAL, UPDATE, COMMIT in one pipeline
+        assert trips.trips == 2  # one each: BEGIN, settings, UPDATE, COMMIT in one pipeline
         assert trips.statements.count("COMMIT") == 2
         assert (again.owner, again.token) == ("w1", lease.token)
     with PostgresLedger(postgres_url, clock=clock) as fresh:

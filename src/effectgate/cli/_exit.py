@@ -16,7 +16,9 @@ code   name                        meaning
 5      INCOMPLETE                  stopped early (model error), or SIGINT / SIGTERM
                                    received at any point; ``effectgate resume``
                                    continues (or, if nothing started, a re-run)
-75     BUSY                        another live process holds the thread (EX_TEMPFAIL)
+75     BUSY                        another live process holds the thread, a ledger
+                                   lock wait timed out, or the database stayed
+                                   unreachable past the retries (EX_TEMPFAIL)
 137    KILLED                      the process died at a failpoint (``--crash-at``)
 =====  ==========================  ==================================================
 """
@@ -53,7 +55,8 @@ class ExitCode(enum.IntEnum):
 # Most specific class first: the first ``isinstance`` match wins.
 _ERRORS: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (ThreadBusyError, ExitCode.BUSY),
-    # A lock wait that timed out is as retryable as a busy thread.
+    # A lock wait that timed out, or a database that stayed unavailable
+    # (DatabaseUnavailableError, a LedgerBusyError), is as retryable as a busy thread.
     (LedgerBusyError, ExitCode.BUSY),
     (ConfigError, ExitCode.BAD_INPUT),
     (DecisionError, ExitCode.BAD_INPUT),
@@ -73,7 +76,8 @@ EXIT_CODE_HELP = (
     "Exit codes: 0 done; 1 error; 2 bad input (usage, decisions file, an answer the graph "
     "refused, unknown thread or operation, state directory not ours); 3 waiting for "
     "reconciliation; 4 waiting for review; 5 incomplete (stopped early, or SIGINT / SIGTERM "
-    "received; resumable); 75 thread busy; 137 killed at a failpoint."
+    "received; resumable); 75 thread busy, ledger locked or database unavailable (try again); "
+    "137 killed at a failpoint."
 )
 """One paragraph for ``--help`` texts."""
 

@@ -38,6 +38,7 @@ head moved by any other worker is seen.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,6 +55,7 @@ from psycopg_pool import ConnectionPool
 
 from effectgate.errors import ConfigError
 from effectgate.graph._saver import _UNREADABLE, _AsyncInThreads, _checked, _damaged
+from effectgate.ledger._postgres import check_connection, redacted, retry_transient
 
 __all__ = [
     "StepDurablePostgresSaver",
@@ -86,16 +88,54 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
     methods refuse a call from its event loop's thread and whose writes would
     follow upstream's commit rule, not this one.
 
+    A transient database error (``is_transient``: a terminated backend, a
+    restart, a lost connection) is retried on a fresh pooled connection,
+    with full-jitter backoff, for ``retry_for`` seconds
+    (``retry_transient``); then ``DatabaseUnavailableError`` (exit 75). Every
+    call may run again safely: reads, and LangGraph's writes, which are
+    upserts of rows keyed by thread, checkpoint and task (a write that
+    committed before its answer was lost writes the same row again).
+
     Args:
         conn: a ``psycopg_pool.ConnectionPool`` (or one connection) of
             ``autocommit=True``, ``row_factory=dict_row`` connections, as
             ``PostgresSaver`` requires; ``open_postgres_saver`` builds one.
+        retry_for: seconds of retrying a transient error (``None``: the
+            ledger's default, ``EFFECTGATE_DB_RETRY_S`` or 5 s).
+        where: the server named in messages (never a password).
         **kwargs: passed to ``PostgresSaver`` (e.g. ``serde``).
     """
 
-    def __init__(self, conn: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, conn: Any, *, retry_for: float | None = None, where: str = "", **kwargs: Any
+    ) -> None:
+        from effectgate.ledger._postgres import _retry_budget
+
         super().__init__(conn, **kwargs)
         self._local = threading.local()
+        self._retry_s = _retry_budget(retry_for)
+        self._where = f"{where} (checkpoints)".strip()
+
+    def _retrying(self, call: Any) -> Any:
+        return retry_transient(call, where=self._where, budget_s=self._retry_s)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Any,
+        metadata: Any,
+        new_versions: Any,
+    ) -> RunnableConfig:
+        """``PostgresSaver.put``, retried on a transient error (its upserts repeat harmlessly)."""
+        return self._retrying(  # type: ignore[no-any-return]
+            lambda: super(StepDurablePostgresSaver, self).put(
+                config, checkpoint, metadata, new_versions
+            )
+        )
+
+    def delete_thread(self, thread_id: str) -> None:
+        """``PostgresSaver.delete_thread``, retried on a transient error."""
+        self._retrying(lambda: super(StepDurablePostgresSaver, self).delete_thread(thread_id))
 
     def put_writes(
         self,
@@ -105,11 +145,15 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
         task_path: str = "",
     ) -> None:
         """``PostgresSaver.put_writes`` in one transaction at ``synchronous_commit = off``."""
-        self._local.writes = True
-        try:
-            super().put_writes(config, writes, task_id, task_path)
-        finally:
-            self._local.writes = False
+
+        def put() -> None:
+            self._local.writes = True
+            try:
+                super(StepDurablePostgresSaver, self).put_writes(config, writes, task_id, task_path)
+            finally:
+                self._local.writes = False
+
+        self._retrying(put)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``PostgresSaver.get_tuple``; a row whose bytes cannot be read back is reported as damage.
@@ -121,7 +165,8 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
                 ``invalid type Reserved``), ``TypeError`` or ``KeyError``.
         """
         try:
-            return _checked(super().get_tuple(config), config, _WHERE)
+            found = self._retrying(lambda: super(StepDurablePostgresSaver, self).get_tuple(config))
+            return _checked(found, config, _WHERE)
         except _UNREADABLE as exc:
             raise _damaged(config, exc, _WHERE) from exc
 
@@ -138,7 +183,17 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
         Raises:
             CheckpointCorruptError: as ``get_tuple``.
         """
-        found = super().list(config, filter=filter, before=before, limit=limit)
+
+        # Upstream reads every row before it yields the first: read them all
+        # here, so a transient error is retried before anything was handed out.
+        def read() -> builtins.list[CheckpointTuple]:
+            rows = PostgresSaver.list(self, config, filter=filter, before=before, limit=limit)
+            return [*rows]
+
+        try:
+            found = self._retrying(read)
+        except _UNREADABLE as exc:
+            raise _damaged(config, exc, _WHERE) from exc
         try:
             for item in found:
                 _checked(item, config, _WHERE)
@@ -156,7 +211,11 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
                 ``messages``, in ``checkpoint_writes`` cannot be read back).
         """
         try:
-            return super().get_delta_channel_history(config=config, channels=channels)
+            return self._retrying(  # type: ignore[no-any-return]
+                lambda: super(StepDurablePostgresSaver, self).get_delta_channel_history(
+                    config=config, channels=channels
+                )
+            )
         except _UNREADABLE as exc:
             raise _damaged(config, exc, _WHERE) from exc
 
@@ -173,9 +232,13 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
             writes ordered by ``(task_id, idx)``, or ``None`` for a thread
             without checkpoints.
         """
-        with self._cursor() as cur:
-            cur.execute(_HEAD_SQL, {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns})
-            rows = cur.fetchall()
+
+        def read() -> list[DictRow]:
+            with self._cursor() as cur:
+                cur.execute(_HEAD_SQL, {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns})
+                return cur.fetchall()
+
+        rows = self._retrying(read)
         if not rows:
             return None
         writes = tuple(
@@ -306,7 +369,9 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 
 @contextmanager
-def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurablePostgresSaver]:
+def open_postgres_saver(
+    dsn: str, *, pool_size: int = 2, retry_for: float | None = None
+) -> Iterator[StepDurablePostgresSaver]:
     """Open a ``StepDurablePostgresSaver`` on a pool, with its tables set up; close the pool after.
 
     The checkpoint tables are created or migrated first, in one transaction
@@ -316,6 +381,7 @@ def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurable
         dsn: a libpq connection string or ``postgresql://`` URL.
         pool_size: the most connections the pool opens (the saver serialises
             its calls under one lock, so a few suffice).
+        retry_for: seconds of retrying a transient error (see the saver).
 
     Yields:
         The saver.
@@ -323,22 +389,33 @@ def open_postgres_saver(dsn: str, *, pool_size: int = 2) -> Iterator[StepDurable
     Raises:
         psycopg.Error: the server cannot be reached or refuses the setup.
     """
-    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+    with psycopg.connect(
+        dsn, autocommit=True, row_factory=dict_row, prepare_threshold=None
+    ) as conn:
         for name in setup_checkpoint_tables(conn):
             _log.warning(
                 "checkpoint index %s was invalid (a start-up killed mid-build): rebuilt", name
             )
+    from effectgate.ledger._postgres import _retry_budget
+
+    retry_s = _retry_budget(retry_for)
     pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
         dsn,
         min_size=1,
         max_size=max(1, pool_size),
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        # No server-side prepared statements (upstream's own choice is to
+        # prepare every one): behind a transaction pooler the next statement
+        # may meet another server session, which never saw it prepared.
+        kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": dict_row},
         configure=_configure,
+        check=check_connection,
+        timeout=max(1.0, retry_s),
+        reconnect_timeout=max(1.0, retry_s),
         open=False,
         name="effectgate-checkpoints",
     )
     pool.open(wait=True, timeout=30.0)
     try:
-        yield StepDurablePostgresSaver(pool)
+        yield StepDurablePostgresSaver(pool, retry_for=retry_s, where=redacted(dsn))
     finally:
         pool.close()

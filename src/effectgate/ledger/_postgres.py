@@ -53,6 +53,7 @@ commits may become visible out of ``seq`` order.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import threading
@@ -60,7 +61,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql as pgsql
@@ -70,12 +71,14 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from effectgate._clock import Clock, to_seconds
 from effectgate.errors import (
     ConfigError,
+    DatabaseUnavailableError,
     LedgerBusyError,
     LedgerCorruptError,
     LedgerError,
     SchemaVersionError,
 )
 from effectgate.ledger import _codec as codec
+from effectgate.ledger._backoff import full_jitter_delay
 from effectgate.ledger._ledger import Ledger
 from effectgate.ledger._migrations import UNFINISHED_STATES_SQL
 from effectgate.ledger._model import (
@@ -105,15 +108,25 @@ from effectgate.ledger._store import (
 )
 
 __all__ = [
+    "DEFAULT_RETRY_S",
     "DatabaseClock",
     "PostgresLedger",
     "PostgresLedgerStore",
+    "check_connection",
     "is_postgres_url",
+    "is_transient",
     "parse_dsn",
     "redacted",
+    "retry_transient",
     "same_database",
     "without_password",
 ]
+
+# psycopg_pool warns of every failed reconnection; the store retries and says
+# what matters in one error. With no logging configured, Python's last-resort
+# handler would print each warning on stderr: a NullHandler keeps them for
+# whoever configures logging (they still propagate) and off a bare stderr.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 _OP_COLUMNS = ", ".join(codec.OPERATION_COLUMNS)
 _OP_PARAMS = ", ".join(["%s"] * len(codec.OPERATION_COLUMNS))
@@ -258,13 +271,21 @@ SQL_MIGRATION_LOCK = (
 SQL_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('effectgate.ledger.schema'))"
 SQL_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 SQL_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
-SQL_NOT_DURABLE = "SET LOCAL synchronous_commit = off"
+# A transaction's settings, local to it (nothing lingers on a connection that a
+# transaction pooler hands to someone else next), and its id, read with its
+# first statement, by which a COMMIT whose answer was lost is looked up.
+SQL_TX_ID = (
+    "SELECT pg_current_xact_id()::text, set_config('synchronous_commit', %s, true), "
+    "set_config('lock_timeout', %s, true), "
+    "set_config('search_path', COALESCE(%s, current_setting('search_path')), true)"
+)
+SQL_TX_PATH = "SELECT set_config('search_path', %s, true)"
+SQL_XACT_STATUS = "SELECT pg_xact_status(%s::xid8)"
+SQL_LEASE_ROW = "SELECT owner, token, expires_at_ms FROM ledger_thread_leases WHERE thread_id = %s"
 
 _BUSY_STATES = frozenset(
     {
         "55P03",  # lock_not_available (lock_timeout)
-        "40P01",  # deadlock_detected
-        "40001",  # serialization_failure
         "57014",  # query_canceled (statement_timeout)
     }
 )
@@ -355,29 +376,194 @@ def without_password(dsn: str) -> str:
     return f"postgresql://{auth}{host}:{port}/{quote(dbname, safe='')}{query}"
 
 
-def _translate(exc: BaseException, where: str) -> Exception:
-    """Map a psycopg error to the ledger's taxonomy by SQLSTATE, never by message text."""
+_TRANSIENT_STATES = frozenset(
+    {
+        "57P01",  # admin_shutdown: pg_terminate_backend, a fast or smart shutdown
+        "57P02",  # crash_shutdown: another backend crashed, the server reset
+        "57P03",  # cannot_connect_now: the server is starting up or shutting down
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+    }
+)
+_ROLLED_BACK_STATES = frozenset({"40001", "40P01"})
+"""Transient errors of a live connection: the server aborted the transaction, said so."""
+
+DEFAULT_RETRY_S = 5.0
+"""How long a store keeps retrying a transient database error, in seconds (``retry_for``)."""
+_RETRY_BASE_S = 0.05
+_RETRY_CAP_S = 1.0
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Tell whether ``exc`` is a passing database condition a retry on a fresh connection may cure.
+
+    By SQLSTATE, never by message text: class 08 (connection exceptions),
+    57P01/57P02/57P03 (the server ended the session: ``pg_terminate_backend``,
+    a shutdown, a crash restart, "starting up"), 40001/40P01 (serialization
+    failure, deadlock), an ``OperationalError`` without SQLSTATE (libpq lost
+    the connection: "server closed the connection unexpectedly", "connection
+    refused") and ``PoolTimeout`` (no connection could be had in time).
+    ``PipelineAborted`` (a statement skipped after an earlier one failed) is not:
+    the earlier error is the one to judge.
+
+    Only for a store that was opened once: at the first connection, libpq's
+    errors carry no SQLSTATE at all (a wrong database name and a refused
+    connection look alike), so ``PostgresLedgerStore`` reports them as
+    ``ConfigError``.
+    """
     if isinstance(exc, PoolTimeout):
-        return LedgerBusyError(f"ledger {where}: no free database connection in time ({exc})")
+        return True
+    if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.errors.PipelineAborted):
+        return False
+    state = exc.sqlstate or ""
+    if state.startswith("08") or state in _TRANSIENT_STATES:
+        return True
+    return isinstance(exc, psycopg.OperationalError) and not state
+
+
+def _retry_budget(retry_for: timedelta | float | None) -> float:
+    """Seconds of retrying: ``retry_for``, else ``EFFECTGATE_DB_RETRY_S``, else the default.
+
+    Raises:
+        ConfigError: the environment variable is not a number of seconds >= 0.
+    """
+    import os
+
+    if retry_for is not None:
+        return max(0.0, to_seconds(retry_for))
+    raw = os.environ.get("EFFECTGATE_DB_RETRY_S")
+    if raw is None:
+        return DEFAULT_RETRY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"EFFECTGATE_DB_RETRY_S={raw!r}: expected seconds (a number >= 0)")
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _translate(exc: BaseException, where: str, *, opened: bool = True) -> Exception:
+    """Map a psycopg error to the ledger's taxonomy by SQLSTATE, never by message text.
+
+    Args:
+        exc: the psycopg (or pool) error.
+        where: ``redacted`` server and schema, for the message (never a password).
+        opened: the store was opened once; then a lost connection is
+            ``DatabaseUnavailableError`` (exit 75), not a ``ConfigError``.
+    """
+    if isinstance(exc, PoolTimeout):
+        return DatabaseUnavailableError(
+            f"ledger {where}: no database connection could be had in time (the server is "
+            "down or restarting, or every pooled connection stayed in use); try again"
+        )
     state = getattr(exc, "sqlstate", None) or ""
-    if state in _BUSY_STATES:
+    if state in _BUSY_STATES or state in _ROLLED_BACK_STATES:
         return LedgerBusyError(f"ledger {where} stayed locked past the busy timeout ({state})")
+    if opened and is_transient(exc):
+        return DatabaseUnavailableError(
+            f"ledger database {where} is unavailable ({_first_line(exc)}); try again"
+        )
     if state.startswith(_CONFIG_CLASSES) or (
         isinstance(exc, psycopg.OperationalError) and not state
     ):
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return ConfigError(f"cannot use ledger database {where}: {first}")
+        return ConfigError(f"cannot use ledger database {where}: {_first_line(exc)}")
     if state.startswith("22") or state == "42P01":  # data exception, undefined table
         return LedgerCorruptError(f"ledger {where}: {exc}")
     return LedgerError(f"ledger {where}: database error {state or type(exc).__name__}: {exc}")
 
 
 @contextmanager
-def _translated(where: str) -> Iterator[None]:
+def _translated(where: str, *, opened: bool = True) -> Iterator[None]:
     try:
         yield
     except (psycopg.Error, PoolTimeout) as exc:
-        raise _translate(exc, where) from exc
+        raise _translate(exc, where, opened=opened) from exc
+
+
+def _gave_up(exc: BaseException, where: str, budget_s: float) -> Exception:
+    """The error a caller gets when transient errors outlasted the retry budget."""
+    state = getattr(exc, "sqlstate", None) or ""
+    if state in _ROLLED_BACK_STATES:
+        return _translate(exc, where)
+    why = "no connection could be had" if isinstance(exc, PoolTimeout) else _first_line(exc)
+    return DatabaseUnavailableError(
+        f"PostgreSQL {where} stayed unavailable for {budget_s:g} s of retrying ({why}); "
+        "nothing new was committed; try again"
+    )
+
+
+def check_connection(conn: psycopg.Connection[Any]) -> None:
+    """A pool's ``check``: never hand out a connection the server has already closed.
+
+    ``ConnectionPool.check_connection`` (an empty query) costs a round trip
+    on every checkout; this does it only when the socket is readable while
+    the connection sits idle in the pool, which is what a server that ended
+    the session leaves (its FATAL message and the end of the stream:
+    ``pg_terminate_backend``, a shutdown or restart). A connection dropped
+    without a word (a network cut) is found at its first statement instead,
+    and the store retries that on a fresh connection.
+
+    Raises:
+        psycopg.Error: the connection is dead (the pool discards it and takes another).
+    """
+    import select
+
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
+
+
+def retry_transient(
+    call: Callable[[], Any],
+    *,
+    where: str,
+    budget_s: float = DEFAULT_RETRY_S,
+    rng: random.Random | None = None,
+) -> Any:
+    """Run ``call``; on a transient error (``is_transient``) run it again, with backoff.
+
+    For calls that are safe to run again whatever the last one did (reads,
+    idempotent upserts such as LangGraph's checkpoint writes). Full-jitter
+    exponential backoff (``full_jitter_delay``), 50 ms base, 1 s cap, for at
+    most ``budget_s`` seconds in all.
+
+    Args:
+        call: the work; it takes a connection of its own each time.
+        where: ``redacted`` server, for the message.
+        budget_s: seconds of retrying before giving up.
+        rng: the jitter's random source.
+
+    Returns:
+        What ``call`` returns.
+
+    Raises:
+        DatabaseUnavailableError: still failing when the budget ran out.
+        psycopg.Error: a non-transient error, as raised.
+    """
+    rng = rng or random.Random()
+    deadline: float | None = None
+    failures = 0
+    while True:
+        try:
+            return call()
+        except (psycopg.Error, PoolTimeout) as exc:
+            if not is_transient(exc):
+                raise
+            now = time.monotonic()
+            deadline = deadline if deadline is not None else now + budget_s
+            failures += 1
+            if now >= deadline:
+                raise _gave_up(exc, where, budget_s) from exc
+            delay = full_jitter_delay(failures, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S, rng=rng)
+            time.sleep(min(delay, max(0.0, deadline - now)))
 
 
 def _thread_tombstone(row: Sequence[Any]) -> ThreadTombstone:
@@ -399,54 +585,117 @@ def _operation_tombstone(row: Sequence[Any]) -> OperationTombstone:
     )
 
 
+class _Step(NamedTuple):
+    """One statement of a session, as sent (and sent again on a fresh connection)."""
+
+    query: Any
+    params: Sequence[Any] | dict[str, Any] | None = None
+    compare: bool = True
+    """Its result must be the same when the block is replayed (not for the transaction id)."""
+
+
+class _Result:
+    """What a statement returned, read at once (a replay compares it with the first one)."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self.rowcount = cur.rowcount
+        self.rows: list[Any] | None = cur.fetchall() if cur.description is not None else None
+
+    def fetchall(self) -> list[Any]:
+        """The rows (``[]`` for a statement that returns none)."""
+        return self.rows or []
+
+    def same(self, other: _Result) -> bool:
+        """Whether ``other`` returned the same rows and row count."""
+        return self.rowcount == other.rowcount and self.rows == other.rows
+
+
+class _Diverged(Exception):
+    """A replayed statement returned something else: the block cannot be resumed."""
+
+
 class _Session:
     """One pooled connection whose ``BEGIN`` travels with the block's first statement.
 
-    ``BEGIN`` (and a ``SET LOCAL``) are queued in a psycopg pipeline with the
-    first statement, so opening the transaction costs no round trip of its own
-    (psycopg's "Pipeline mode support"; libpq's "Pipeline Mode"): the server
-    runs them in order, the first statement inside the transaction, exactly
-    as if they had been sent one by one. A write whose result nobody reads
-    (an event insert, ``queue``) waits and travels the same way with the
-    next statement or with the ``COMMIT``. A block that ran no statement
-    sends nothing, not even ``COMMIT``.
+    ``BEGIN`` (and the transaction's local settings) are queued in a psycopg
+    pipeline with the first statement, so opening the transaction costs no
+    round trip of its own (psycopg's "Pipeline mode support"; libpq's
+    "Pipeline Mode"): the server runs them in order, the first statement
+    inside the transaction, exactly as if they had been sent one by one. A
+    write whose result nobody reads (an event insert, ``queue``) waits and
+    travels the same way with the next statement or with the ``COMMIT``. A
+    block that ran no statement sends nothing, not even ``COMMIT``.
 
     A ``single`` session (``PostgresLedgerStore.read(single=True)``) opens no
     transaction at all: its one statement runs alone on the autocommit
     connection, and a second statement is refused, because only the first
     would have a snapshot of its own.
+
+    Transient errors (``is_transient``) are the session's to cure, in this
+    one place every read and write of the store passes:
+
+    - before ``COMMIT`` was sent nothing can have committed: the session
+      takes a fresh connection (full-jitter backoff), sends every statement
+      the block ran so far again, in order, and goes on only if each returns
+      exactly what it returned the first time (the block's decisions rest on
+      those answers); otherwise ``LedgerBusyError``, nothing committed;
+    - a ``COMMIT`` whose answer was lost is never sent blindly again: the
+      transaction's id, read with its first statement, is looked up
+      (``pg_xact_status``): committed, the block is done; aborted, it is
+      replayed and committed anew; still unknown when the budget ends,
+      ``DatabaseUnavailableError`` says so. A one-pipeline transaction whose
+      id never came back is judged by its ``probe`` (the compare-and-set's
+      row read again: is the new value there?) when it has one;
+    - past the store's retry budget, ``DatabaseUnavailableError``.
     """
 
-    __slots__ = ("_begin", "_committed", "_conn", "_queued", "_single")
+    __slots__ = (
+        "_begin",
+        "_committed",
+        "_conn",
+        "_deadline",
+        "_failures",
+        "_journal",
+        "_queued",
+        "_single",
+        "_store",
+        "_used",
+        "_xid",
+    )
 
     def __init__(
-        self, conn: psycopg.Connection[Any], begin: Sequence[str], *, single: bool = False
+        self, store: PostgresLedgerStore, begin: Sequence[_Step], *, single: bool = False
     ) -> None:
-        self._conn = conn
-        self._begin: Sequence[str] | None = begin
+        self._store = store
+        self._begin: list[_Step] = list(begin)
         self._single = single
+        self._used = False
         self._committed = False
-        self._queued: list[tuple[Any, Sequence[Any] | dict[str, Any] | None]] = []
+        self._queued: list[_Step] = []
+        self._journal: list[tuple[_Step, _Result]] = []
+        self._conn: psycopg.Connection[Any] | None = None
+        self._deadline: float | None = None
+        self._failures = 0
+        self._xid: str | None = None
 
-    def execute(
-        self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
-    ) -> psycopg.Cursor[Any]:
-        """``Connection.execute``; what waits to be sent (``BEGIN``, queued writes) goes first.
+    # -- the block's calls -------------------------------------------------
+
+    def execute(self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None) -> _Result:
+        """Run one statement; what waits to be sent (``BEGIN``, queued writes) goes first.
 
         Raises:
             LedgerError: a second statement in a ``single`` session.
         """
         if self._single:
-            if self._begin is None:
+            if self._used:
                 raise LedgerError(
                     "a single-statement ledger read ran a second statement; "
                     "reads that must agree need one snapshot (read() without single)"
                 )
-            self._begin = None
-            return self._conn.execute(query, params)
-        if self._begin is None and not self._queued:
-            return self._conn.execute(query, params)
-        return self._send(query, params)
+            self._used = True
+        return self._run([*self._take(), _Step(query, params)])[-1]
 
     def queue(self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None) -> None:
         """Send this write with the transaction's next statement or its ``COMMIT``.
@@ -457,27 +706,11 @@ class _Session:
         the ``COMMIT``, and the block's transaction is rolled back as for any
         error.
         """
-        self._queued.append((query, params))
-
-    def _send(
-        self, query: Any, params: Sequence[Any] | dict[str, Any] | None, *, commit: bool = False
-    ) -> psycopg.Cursor[Any]:
-        begin, self._begin = self._begin or (), None
-        queued, self._queued = self._queued, []
-        with self._conn.pipeline():
-            for statement in begin:
-                self._conn.execute(statement)
-            for q, p in queued:
-                self._conn.execute(q, p)
-            cur = self._conn.execute(query, params)
-            if commit:
-                self._committed = True
-                self._conn.execute("COMMIT")
-        return cur  # the pipeline's exit synced: results, rowcount and errors are in
+        self._queued.append(_Step(query, params))
 
     def execute_together(
         self, statements: Sequence[tuple[Any, Sequence[Any] | dict[str, Any]]]
-    ) -> list[psycopg.Cursor[Any]]:
+    ) -> list[_Result]:
         """Run independent statements in one pipeline: one round trip for all of them.
 
         In a ``single`` session this is its one call, and each statement reads
@@ -489,18 +722,18 @@ class _Session:
         """
         if not self._single:
             return [self.execute(query, params) for query, params in statements]
-        if self._begin is None:
+        if self._used:
             raise LedgerError("a single-statement ledger read ran a second statement")
-        self._begin = None
-        cursors = []
-        with self._conn.pipeline():
-            for query, params in statements:
-                cursors.append(self._conn.execute(query, params))
-        return cursors
+        self._used = True
+        return self._run([_Step(q, p) for q, p in statements], pipeline=True)
 
     def execute_and_commit(
-        self, query: Any, params: Sequence[Any] | dict[str, Any] | None = None
-    ) -> psycopg.Cursor[Any]:
+        self,
+        query: Any,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+        *,
+        probe: tuple[Any, Sequence[Any], list[Any]] | None = None,
+    ) -> _Result:
         """Run a transaction of this one statement: ``BEGIN``, it and ``COMMIT`` in one pipeline.
 
         For a write whose outcome the caller reads only after the commit (a
@@ -510,13 +743,21 @@ class _Session:
         store rolls the aborted transaction back as for any failed block.
         ``finish`` then sends nothing more.
 
+        Args:
+            query: the statement.
+            params: its parameters.
+            probe: ``(query, params, rows)``: a read that returns ``rows``
+                exactly when this write took effect (the row holds the new
+                value). Used only when the ``COMMIT``'s answer was lost; the
+                result then has ``rowcount`` 1 if it did.
+
         Raises:
             LedgerError: the session already ran a statement (its transaction
                 would commit the earlier ones unseen) or is ``single``.
         """
-        if self._begin is None or self._single or self._queued:
+        if self._journal or self._single or self._queued or not self._begin:
             raise LedgerError("execute_and_commit must be a transaction's only statement")
-        return self._send(query, params, commit=True)
+        return self._run([*self._take(), _Step(query, params)], commit=True, probe=probe)[-1]
 
     def finish(self, statement: str) -> None:
         """``COMMIT`` (with the writes still queued) or ``ROLLBACK``, if a transaction began.
@@ -524,16 +765,206 @@ class _Session:
         A ``single`` session opened none (its statement ran in autocommit), so
         it sends nothing: a ``ROLLBACK`` there would cost a round trip and
         only draw the server's "there is no transaction in progress" warning.
+        A ``ROLLBACK`` on a connection that was lost meanwhile is not needed
+        (the server rolled back when it lost it) and is not retried.
         """
         if self._single or self._committed:
             return
-        if statement == "COMMIT" and self._queued:
-            query, params = self._queued.pop()
-            self._send(query, params, commit=True)
-        elif self._begin is None:
-            self._queued.clear()
-            self._conn.execute(statement)
+        if statement == "COMMIT":
+            if self._queued or self._journal:
+                self._run(self._take(), commit=True)
+            return
         self._queued.clear()
+        if self._journal and self._conn is not None:
+            try:
+                self._conn.execute(statement)
+            except psycopg.Error as exc:
+                if not is_transient(exc):
+                    raise
+
+    def close(self) -> None:
+        """Give the connection back: rolled back if a transaction is still open, kept if alive."""
+        self._discard()
+
+    # -- sending, and what a transient error does --------------------------
+
+    def _take(self) -> list[_Step]:
+        steps = self._begin + self._queued
+        self._begin, self._queued = [], []
+        return steps
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None:
+            store = self._store
+            self._conn = store._live().getconn(timeout=min(store._busy_s, store._retry_s))
+        return self._conn
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if conn.info.transaction_status not in (
+            psycopg.pq.TransactionStatus.IDLE,
+            psycopg.pq.TransactionStatus.UNKNOWN,
+        ):
+            # a broken connection: the pool discards it; keep the first error
+            with suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+        self._store._pool.putconn(conn)
+
+    def _send(
+        self, conn: psycopg.Connection[Any], steps: Sequence[_Step], *, commit: bool, pipeline: bool
+    ) -> list[_Result]:
+        if len(steps) == 1 and not commit and not pipeline:
+            return [_Result(conn.execute(steps[0].query, steps[0].params))]
+        cursors: list[psycopg.Cursor[Any]] = []
+        xid_at = next((i for i, s in enumerate(steps) if s.query is SQL_TX_ID), None)
+        if xid_at is not None:
+            self._xid = None
+        try:
+            with conn.pipeline():
+                for step in steps:
+                    cursors.append(conn.execute(step.query, step.params))
+                if commit:
+                    conn.execute("COMMIT")
+        finally:
+            if xid_at is not None and xid_at < len(cursors):
+                # the transaction's id, even if a later statement (the COMMIT) lost its answer
+                with suppress(psycopg.Error):
+                    row = cursors[xid_at].fetchone()
+                    self._xid = None if row is None else str(row[0])
+        return [_Result(cur) for cur in cursors]
+
+    def _run(
+        self,
+        steps: list[_Step],
+        *,
+        commit: bool = False,
+        pipeline: bool = False,
+        probe: tuple[Any, Sequence[Any], list[Any]] | None = None,
+    ) -> list[_Result]:
+        while True:
+            try:
+                results = self._send(self._connection(), steps, commit=commit, pipeline=pipeline)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if not is_transient(exc):
+                    raise
+                if commit and self._conn is not None and self._committed_anyway(exc, probe):
+                    self._committed = True
+                    return [_Probed() for _ in steps]
+                self._recover(exc)
+                continue
+            self._journal.extend(zip(steps, results, strict=True))
+            self._committed = commit
+            return results
+
+    def _pause(self, exc: BaseException) -> None:
+        """Sleep the next full-jitter backoff; raise when the retry budget is spent."""
+        store = self._store
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + store._retry_s
+        self._failures += 1
+        if now >= self._deadline:
+            raise _gave_up(exc, store._where, store._retry_s) from exc
+        delay = full_jitter_delay(
+            self._failures, base_s=_RETRY_BASE_S, cap_s=_RETRY_CAP_S, rng=store._rng
+        )
+        time.sleep(min(delay, self._deadline - now))
+
+    def _recover(self, exc: BaseException) -> None:
+        """A fresh connection on which every statement the block ran so far ran again, alike."""
+        while True:
+            self._discard()
+            self._pause(exc)
+            try:
+                conn = self._connection()
+                if not self._journal:
+                    return
+                steps = [step for step, _ in self._journal]
+                again = self._send(conn, steps, commit=False, pipeline=True)
+            except (psycopg.Error, PoolTimeout) as retry_exc:
+                if not is_transient(retry_exc):
+                    raise
+                exc = retry_exc
+                continue
+            for (step, first), second in zip(self._journal, again, strict=True):
+                if step.compare and not first.same(second):
+                    self._discard()
+                    raise LedgerBusyError(
+                        f"ledger {self._store._where}: the connection was lost mid-transaction "
+                        "and the rows it had read changed before it could go on; nothing "
+                        "was committed; try again"
+                    ) from exc
+            self._journal = list(zip(steps, again, strict=True))
+            return
+
+    def _committed_anyway(
+        self, exc: BaseException, probe: tuple[Any, Sequence[Any], list[Any]] | None
+    ) -> bool:
+        """Whether a transaction whose ``COMMIT`` lost its answer committed (see the class).
+
+        Returns ``False`` when it provably did not (the caller replays it).
+
+        Raises:
+            DatabaseUnavailableError: the outcome stayed unknown for the retry budget.
+        """
+        status_of = self._xid
+        self._discard()
+        if status_of is None and probe is None:
+            raise DatabaseUnavailableError(
+                f"ledger database {self._store._where}: the connection was lost while a "
+                f"commit was sent ({_first_line(exc)}); whether it committed is unknown "
+                "and it is not repeated blindly: the next call reads what the ledger holds"
+            ) from exc
+        while True:
+            try:
+                self._pause(exc)
+            except DatabaseUnavailableError:
+                raise DatabaseUnavailableError(
+                    f"ledger database {self._store._where} stayed unavailable for "
+                    f"{self._store._retry_s:g} s after the connection was lost while a "
+                    f"commit was sent ({_first_line(exc)}); whether it committed is unknown "
+                    "and it is not repeated blindly: the next call reads what the ledger holds"
+                ) from exc
+            try:
+                conn = self._connection()
+                if status_of is not None:
+                    row = conn.execute(SQL_XACT_STATUS, (status_of,)).fetchone()
+                    status = None if row is None else row[0]
+                else:
+                    assert probe is not None
+                    with conn.transaction():
+                        if self._store.schema is not None:
+                            conn.execute(SQL_TX_PATH, (self._store.schema,))
+                        rows = conn.execute(probe[0], probe[1]).fetchall()
+                    status = "committed" if [tuple(r) for r in rows] == probe[2] else "aborted"
+            except (psycopg.Error, PoolTimeout) as retry_exc:
+                if not is_transient(retry_exc):
+                    raise
+                exc = retry_exc
+                continue
+            finally:
+                self._discard()
+            if status == "committed":
+                return True
+            if status == "aborted":
+                return False
+            if status is None:  # too old to be known (wraparound): cannot tell
+                raise DatabaseUnavailableError(
+                    f"ledger database {self._store._where}: whether a commit whose answer "
+                    "was lost took effect cannot be told; the next call reads what the "
+                    "ledger holds"
+                ) from exc
+            # "in progress": the old session has not ended yet; ask again
+
+
+class _Probed(_Result):
+    """The result of a statement whose commit was proven by its probe (one row changed)."""
+
+    def __init__(self) -> None:
+        self.rowcount = 1
+        self.rows = None
 
 
 class _Reader:
@@ -890,9 +1321,23 @@ class PostgresLedgerStore:
             or float seconds.
         pool_size: the most connections this store opens (one per thread
             using it at the same moment).
+        retry_for: once opened, how long a read or a transaction keeps
+            retrying a transient database error (``is_transient``: a lost
+            connection, a terminated backend, a restart) on fresh
+            connections before ``DatabaseUnavailableError``; ``timedelta``
+            or float seconds (default ``DEFAULT_RETRY_S``; the environment
+            variable ``EFFECTGATE_DB_RETRY_S`` overrides the default).
+
+    No state is left on a connection between transactions (each sets its
+    ``synchronous_commit``, ``lock_timeout`` and ``search_path`` locally,
+    the advisory locks are transaction-scoped, no statement is prepared on
+    the server), so the store also runs behind a transaction-mode pooler
+    such as PgBouncer (docs/postgres.md).
 
     Raises:
-        ConfigError: the server cannot be reached or refuses the login or database.
+        ConfigError: the server cannot be reached or refuses the login or
+            database at this first connection (libpq's errors carry no
+            SQLSTATE then: a wrong port and a stopped server look alike).
         ConfigError: the schema holds ledger tables but no version table (not ours).
         SchemaVersionError: the schema is newer than this build, or older with
             ``migrate=False``.
@@ -909,6 +1354,7 @@ class PostgresLedgerStore:
         migrate: bool = True,
         busy_timeout: timedelta | float = 30.0,
         pool_size: int = 4,
+        retry_for: timedelta | float | None = None,
     ) -> None:
         self.dsn = dsn
         """The connection string (it may hold a password: show ``redacted(dsn)``)."""
@@ -916,17 +1362,21 @@ class PostgresLedgerStore:
         """The PostgreSQL schema of the tables, or ``None`` for the current one."""
         self._where = redacted(dsn) + (f" schema {schema}" if schema else "")
         self._busy_s = to_seconds(busy_timeout)
+        self._retry_s = _retry_budget(retry_for)
+        self._rng = random.Random()
         self._decoded = _DecodedRows()
         self._closed = False
         try:
             conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
             raise ConfigError(f"not a PostgreSQL connection string: {exc}") from exc
-        with _translated(self._where):
+        with _translated(self._where, opened=False):
             # One plain connection first: an unreachable server fails at once
             # (the pool would retry until its timeout), and nothing is pooled
             # before the schema is known to be ours.
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            with psycopg.connect(
+                dsn, autocommit=True, connect_timeout=10, prepare_threshold=None
+            ) as conn:
                 if schema is not None:
                     # a transaction-scoped lock: nothing held across
                     # transactions, so it holds behind a transaction pooler
@@ -937,15 +1387,19 @@ class PostgresLedgerStore:
                                 pgsql.Identifier(schema)
                             )
                         )
-                self._configure(conn)
                 self._prepare(conn, migrate=migrate)
             self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
                 dsn,
                 min_size=1,
                 max_size=max(1, pool_size),
-                kwargs={"autocommit": True},
-                configure=self._configure,
+                # No server-side prepared statements: behind a transaction
+                # pooler the next statement may meet another server session.
+                kwargs={"autocommit": True, "prepare_threshold": None},
+                check=check_connection,
                 timeout=self._busy_s,
+                # A pool that gives up reconnecting soon is refilled on demand,
+                # at the pace of the callers' own backoff, once the server is back.
+                reconnect_timeout=max(1.0, self._retry_s),
                 open=False,
                 name="effectgate-ledger",
             )
@@ -955,24 +1409,16 @@ class PostgresLedgerStore:
                 self._pool.close()
                 raise
 
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # Per connection, once: commits are synchronous unless a transaction
-        # says otherwise, and a row lock is waited for at most busy_timeout.
-        settings = [
-            "SET synchronous_commit = on",
-            f"SET lock_timeout = {int(self._busy_s * 1000)}",
-        ]
-        if self.schema is not None:
-            settings.append(
-                pgsql.SQL("SET search_path = {}")
-                .format(pgsql.Identifier(self.schema))
-                .as_string(conn)
-            )
-        conn.execute("; ".join(settings))
+    def _settings(self, *, durable: bool = True) -> _Step:
+        """The first statement of a write transaction: its id and its local settings."""
+        params = ("on" if durable else "off", str(int(self._busy_s * 1000)), self.schema)
+        return _Step(SQL_TX_ID, params, compare=False)
 
     def _prepare(self, conn: psycopg.Connection[Any], *, migrate: bool) -> None:
         conn.execute(SQL_BEGIN_READ)
         try:
+            if self.schema is not None:
+                conn.execute(SQL_TX_PATH, (self.schema,))
             version = self._inspect(conn)
         finally:
             conn.execute("ROLLBACK")
@@ -1013,6 +1459,8 @@ class PostgresLedgerStore:
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(SQL_BEGIN_WRITE)
         try:
+            step = self._settings()
+            conn.execute(step.query, step.params)
             conn.execute(SQL_MIGRATION_LOCK)
             # Re-read under the lock: another worker may have migrated meanwhile.
             version = self._inspect(conn)
@@ -1033,15 +1481,12 @@ class PostgresLedgerStore:
         return self._pool
 
     @contextmanager
-    def _connection(self, begin: Sequence[str], *, single: bool = False) -> Iterator[_Session]:
-        with self._live().connection() as conn:
-            try:
-                yield _Session(conn, begin, single=single)
-            finally:
-                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    # a broken connection: the pool discards it; keep the first error
-                    with suppress(psycopg.OperationalError):
-                        conn.execute("ROLLBACK")
+    def _connection(self, begin: Sequence[_Step], *, single: bool = False) -> Iterator[_Session]:
+        session = _Session(self, begin, single=single)
+        try:
+            yield session
+        finally:
+            session.close()
 
     @contextmanager
     def read(self, *, single: bool = False) -> Iterator[StoreReader]:
@@ -1060,9 +1505,16 @@ class PostgresLedgerStore:
                 ``single`` block raises ``LedgerError`` rather than read a
                 second state.
         """
+        if self.schema is not None:
+            # the schema is set inside a transaction (no session state): a
+            # statement of its own cannot be alone
+            single = False
+        begin = [_Step(SQL_BEGIN_READ)]
+        if self.schema is not None:
+            begin.append(_Step(SQL_TX_PATH, (self.schema,)))
         with (
             _translated(self._where),
-            self._connection((SQL_BEGIN_READ,), single=single) as conn,
+            self._connection([] if single else begin, single=single) as conn,
         ):
             yield _Reader(conn, self._decoded)
             conn.finish("ROLLBACK")
@@ -1082,7 +1534,7 @@ class PostgresLedgerStore:
             LedgerBusyError: a row lock or a pooled connection was not had in
                 time, or the server broke a deadlock by aborting this transaction.
         """
-        begin = (SQL_BEGIN_WRITE,) if durable else (SQL_BEGIN_WRITE, SQL_NOT_DURABLE)
+        begin = [_Step(SQL_BEGIN_WRITE), self._settings(durable=durable)]
         with _translated(self._where), self._connection(begin) as conn:
             yield _Transaction(conn, self._decoded)
             conn.finish("COMMIT")
@@ -1090,8 +1542,8 @@ class PostgresLedgerStore:
     def compare_and_set_lease(self, lease: Lease, *, expected: Lease) -> bool:
         """The lease compare-and-set as one not-durable transaction in one round trip.
 
-        ``BEGIN``, ``SET LOCAL synchronous_commit = off``, the conditional
-        ``UPDATE`` and ``COMMIT`` travel in one pipeline (see
+        ``BEGIN``, the local settings (``synchronous_commit = off``), the
+        conditional ``UPDATE`` and ``COMMIT`` travel in one pipeline (see
         ``LedgerStore.compare_and_set_lease``): the same statement, the same
         row lock and the same commit as ``put_lease`` inside
         ``transaction(durable=False)``, without the read before it.
@@ -1110,15 +1562,15 @@ class PostgresLedgerStore:
             low,
             high,
         )
-        with (
-            _translated(self._where),
-            self._connection((SQL_BEGIN_WRITE, SQL_NOT_DURABLE)) as conn,
-        ):
-            return conn.execute_and_commit(SQL_UPDATE_LEASE, params).rowcount == 1
+        # If the COMMIT's answer is lost: the row holding the new lease proves it committed.
+        probe = (SQL_LEASE_ROW, (lease.thread_id,), [params[:3]])
+        begin = [_Step(SQL_BEGIN_WRITE), self._settings(durable=False)]
+        with _translated(self._where), self._connection(begin) as conn:
+            return conn.execute_and_commit(SQL_UPDATE_LEASE, params, probe=probe).rowcount == 1
 
     def server_time(self) -> datetime:
         """Return the database server's current time (``clock_timestamp()``), aware UTC."""
-        with _translated(self._where), self._live().connection() as conn:
+        with _translated(self._where), self._connection([], single=True) as conn:
             ((now,),) = conn.execute("SELECT clock_timestamp()").fetchall()
         return now.astimezone(UTC)  # type: ignore[no-any-return]
 
@@ -1146,6 +1598,8 @@ class PostgresLedger(Ledger):
             ``timedelta`` or float seconds.
         pool_size: the most connections the store opens.
         rng: the random source for backoff jitter.
+        retry_for: how long a transient database error is retried (see
+            ``PostgresLedgerStore``); ``None``: ``EFFECTGATE_DB_RETRY_S`` or 5 s.
 
     Raises:
         ConfigError, LedgerCorruptError, SchemaVersionError: as ``PostgresLedgerStore``.
@@ -1161,8 +1615,14 @@ class PostgresLedger(Ledger):
         busy_timeout: timedelta | float = 30.0,
         pool_size: int = 4,
         rng: random.Random | None = None,
+        retry_for: timedelta | float | None = None,
     ) -> None:
         store = PostgresLedgerStore(
-            dsn, schema=schema, migrate=migrate, busy_timeout=busy_timeout, pool_size=pool_size
+            dsn,
+            schema=schema,
+            migrate=migrate,
+            busy_timeout=busy_timeout,
+            pool_size=pool_size,
+            retry_for=retry_for,
         )
         super().__init__(store, clock=clock or store.database_clock(), rng=rng)

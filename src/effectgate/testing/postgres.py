@@ -16,10 +16,16 @@ Load the fixtures with ``pytest_plugins = ("effectgate.testing.postgres",)``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +33,8 @@ __all__ = [
     "DEFAULT_DSN",
     "ENV_DSN",
     "ENV_REQUIRE",
+    "PrivateCluster",
+    "free_port",
     "postgres_database",
     "postgres_url",
     "scratch_database",
@@ -125,6 +133,143 @@ def postgres_url(postgres_database: str) -> str:
     with psycopg.connect(postgres_database, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     return with_search_path(postgres_database, schema)
+
+
+PG_BIN_DIRS = (
+    "/usr/lib/postgresql/15/bin",
+    "/usr/lib/postgresql/16/bin",
+    "/usr/lib/postgresql/17/bin",
+)
+"""Where Debian's ``initdb`` and ``pg_ctl`` live, tried in order before ``PATH``."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str | None:
+    for d in PG_BIN_DIRS:
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return shutil.which(name)
+
+
+class PrivateCluster:
+    """A PostgreSQL cluster of a test's own (``initdb`` in a temp dir, a free port).
+
+    For tests that stop, restart or break the server: the shared server is
+    never touched. Trust authentication, loopback and a socket in ``root``
+    only; ``fsync`` stays on (the durability claims are about a real server).
+
+    The cluster lives in a new directory of its own under the system's temp
+    directory (``close`` removes it). Run as root (a container), the server
+    runs as the ``postgres`` user (``initdb`` refuses root), through ``runuser``.
+
+    Raises:
+        FileNotFoundError: ``initdb`` / ``pg_ctl`` are not installed (see ``available``).
+    """
+
+    def __init__(self) -> None:
+        import tempfile
+
+        initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+        if initdb is None or pg_ctl is None:
+            raise FileNotFoundError("initdb / pg_ctl not found (install postgresql)")
+        self._pg_ctl = pg_ctl
+        self.root = root = Path(tempfile.mkdtemp(prefix="effectgate-pg-"))
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            import pwd
+
+            user = pwd.getpwnam("postgres")
+            os.chown(root, user.pw_uid, user.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        self.data = root / "data"
+        self.port = free_port()
+        self.log = root / "server.log"
+        options = ["-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync"]
+        subprocess.run(
+            [*self._as, initdb, *options, "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+        )
+        settings = (
+            f"port = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+            f"unix_socket_directories = '{root}'\nmax_connections = 40\nshared_buffers = 16MB\n"
+        )
+        subprocess.run(
+            [*self._as, "sh", "-c", f"cat >> '{self.data / 'postgresql.conf'}'"],
+            input=settings.encode(),
+            check=True,
+        )
+
+    @staticmethod
+    def available() -> bool:
+        """Whether ``initdb`` and ``pg_ctl`` are installed."""
+        return _pg_bin("initdb") is not None and _pg_bin("pg_ctl") is not None
+
+    @property
+    def admin_dsn(self) -> str:
+        """The DSN of the ``postgres`` database as the superuser ``postgres``."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def url(self, dbname: str) -> str:
+        """A ``postgresql://`` URL of database ``dbname`` on this server."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def _ctl(self, *args: str) -> None:
+        where = ["-D", str(self.data), "-l", str(self.log)]
+        subprocess.run(
+            [*self._as, self._pg_ctl, *where, "-w", "-t", "60", *args],
+            check=True,
+            capture_output=True,
+        )
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        self._ctl("start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m mode``) and wait until it is down."""
+        self._ctl("stop", "-m", mode)
+
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart -m mode``: every connection is ended; wait until it is up again."""
+        self._ctl("restart", "-m", mode)
+
+    def terminate_backends(self, dbname: str) -> int:
+        """``pg_terminate_backend`` every backend connected to ``dbname``; return how many.
+
+        Waits (with a deadline) until none of them is left.
+        """
+        import psycopg
+
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (dbname,),
+            ).fetchall()
+            pids = [int(r[0]) for r in rows]
+            for pid in pids:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                ((left,),) = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+                ).fetchall()
+                if left == 0:
+                    break
+                time.sleep(0.02)
+        return len(rows)
+
+    def close(self) -> None:
+        """Stop the server if it runs (immediate mode) and remove its directory."""
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._ctl("stop", "-m", "immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _unavailable(reason: str) -> None:
