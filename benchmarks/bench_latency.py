@@ -580,6 +580,7 @@ def write_markdown(doc: dict[str, Any], path: Path) -> None:
     p, res = doc["params"], doc["results"]
     systems, grid = p["systems"], res["grid"]
     k, workers = p["threads"], p["workers"]
+    cpus = doc["machine"]["cpus"] or 1
     lines = [
         "# Scale-out under real latency (`benchmarks/bench_latency.py`)",
         "",
@@ -593,11 +594,14 @@ def write_markdown(doc: dict[str, Any], path: Path) -> None:
         "",
         "Effects/s: median (min-max) over repetitions. Ideal = N*K / (model time + step "
         "time), step time = the system's own time per thread beyond the model's, from its "
-        "1 x 1 rounds: " + ", ".join(f"{s} {res['step_ms'][s]} ms" for s in systems) + ".",
+        "1 x 1 rounds: " + ", ".join(f"{s} {res['step_ms'][s]} ms" for s in systems) + ". "
+        "CPU ceiling = cores / the workers' CPU time per effect: the most effects/s the cores "
+        "allow even if PostgreSQL and every other process took none. Machine busy: share of "
+        "all cores busy during the round, every process counted.",
         "",
         "| workers N | threads K | system | effects/s | ideal | x ideal | CPU ms/effect (workers) "
-        "| machine busy |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| CPU ceiling | machine busy |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for n in workers:
         for s in systems:
@@ -605,6 +609,7 @@ def write_markdown(doc: dict[str, Any], path: Path) -> None:
             lines.append(
                 f"| {n} | {k} | {s} | {_fmt(g['effects_per_s'], 2)} | {g['ideal']:.2f} | "
                 f"{_fmt(g['of_ideal'], 2)} | {g['cpu_ms_per_effect']['median']:.1f} | "
+                f"{1000 * cpus / g['cpu_ms_per_effect']['median']:.1f} | "
                 f"{g['machine_busy']['median']:.0%} |"
             )
     lines += ["", "## Targets", "", "| target | measured | verdict |", "|---|---|---|"]
@@ -687,64 +692,81 @@ def write_plot(doc: dict[str, Any], path: Path) -> bool:
 
 
 def profile(admin_dsn: str, threads: int) -> str:
-    """cProfile of ``threads`` threads of each system, one at a time, latency 0: where CPU goes."""
+    """Where a thread's own time goes (latency 0), each system in this process, one at a time.
+
+    First, unprofiled: ``threads`` threads per system in blocks of 5, the
+    systems taking turns block by block: wall and CPU time (``process_time``)
+    per thread, median and min-max over blocks. Then ``cProfile`` of
+    ``threads`` more threads per system, the timer being this process's CPU
+    time, so waits on PostgreSQL do not count and a loaded machine does not
+    inflate it; CPU spent in helper threads (a pool's, LangGraph's background
+    writes) is charged to whatever the profiled thread was running.
+    effectgate runs through its sync API here (``astart``/``aresume`` run the
+    same calls in a worker thread).
+    """
     import cProfile
     import io
     import pstats
+
+    def top(prof: cProfile.Profile) -> str:
+        text = io.StringIO()
+        stats = pstats.Stats(prof, stream=text)
+        text.write("### by cumulative CPU time\n")
+        stats.sort_stats("cumulative").print_stats(35)
+        text.write("### by own CPU time\n")
+        stats.sort_stats("tottime").print_stats(20)
+        return text.getvalue()
 
     base = c.work_dir("latency-profile")
     prefix = f"lat_{secrets.token_hex(4)}"
     urls = _prepare(admin_dsn, prefix)
     out = io.StringIO()
-    try:
+
+    async def go() -> None:
         effects = EffectFile(base / "effects" / "profile.log")
         eg = _EffectgateRunner(urls["eg"], base / "state", 0.0, effects)
+        lg = await _LangGraphRunner.open(urls["lg"], 0.0, effects)
 
-        async def lg_run(n: int, tag: str) -> tuple[float, float]:
-            lg = await _LangGraphRunner.open(urls["lg"], 0.0, effects)
-            try:
-                await lg.one(f"lg-{tag}-warm")
-                t0, c0 = time.perf_counter(), time.process_time()
-                if tag == "prof":
-                    prof.enable()
-                for i in range(n):
-                    await lg.one(f"lg-{tag}-{i}")
-                if tag == "prof":
-                    prof.disable()
-                return time.perf_counter() - t0, time.process_time() - c0
-            finally:
-                await lg.aclose()
-
-        # effectgate: the sync API in this thread (astart/aresume run exactly it in a worker thread)
-        def eg_one(tid: str) -> None:
+        async def eg_one(tid: str) -> None:
             result = eg.agent.start(c.TASK, thread_id=tid)
             while result.status.value == "waiting_review":
-                result = eg.agent.resume(tid, answers={p.id: c.APPROVE for p in result.interrupts})
+                answers = {p.id: c.APPROVE for p in result.interrupts}
+                result = eg.agent.resume(tid, answers=answers)
 
-        eg_one("eg-warm")
-        prof = cProfile.Profile()
-        t0, c0 = time.perf_counter(), time.process_time()
-        prof.enable()
-        for i in range(threads):
-            eg_one(f"eg-{i}")
-        prof.disable()
-        eg_wall, eg_cpu = time.perf_counter() - t0, time.process_time() - c0
-        asyncio.run(eg.aclose())
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
-        out.write(f"## effectgate: {threads} threads (start + approve + answer), latency 0\n")
-        out.write(f"wall {1000 * eg_wall / threads:.1f} ms, CPU {1000 * eg_cpu / threads:.1f} ms "
-                  "per thread (unprofiled figures are lower)\n\n")  # fmt: skip
-        out.write(s.getvalue())
-        prof = cProfile.Profile()
-        lg_wall, lg_cpu = asyncio.run(lg_run(threads, "prof"))
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(30)
-        out.write(f"\n## langgraph: {threads} threads, latency 0\n")
-        out.write(f"wall {1000 * lg_wall / threads:.1f} ms, CPU {1000 * lg_cpu / threads:.1f} ms "
-                  "per thread\n\n")  # fmt: skip
-        out.write(s.getvalue())
-        effects.close()
+        runs = {"effectgate": eg_one, "langgraph": lg.one}
+        try:
+            for name, one in runs.items():
+                await one(f"{name}-warm")
+            wall: dict[str, list[float]] = {name: [] for name in runs}
+            cpu: dict[str, list[float]] = {name: [] for name in runs}
+            block = 5
+            for b in range(max(1, threads // block)):
+                for name in c.rotated(list(runs), b):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    for i in range(block):
+                        await runs[name](f"{name}-b{b}-{i}")
+                    wall[name].append(1000 * (time.perf_counter() - t0) / block)
+                    cpu[name].append(1000 * (time.process_time() - c0) / block)
+            out.write(f"# One thread at a time, latency 0, blocks of {block}, alternating\n\n")
+            for name in runs:
+                out.write(
+                    f"- {name}: wall {_fmt(c.spread(wall[name], 1))} ms, "
+                    f"CPU {_fmt(c.spread(cpu[name], 1))} ms per thread (unprofiled)\n"
+                )
+            for name, one in runs.items():
+                prof = cProfile.Profile(time.process_time)
+                prof.enable()
+                for i in range(threads):
+                    await one(f"{name}-prof-{i}")
+                prof.disable()
+                out.write(f"\n## {name}: cProfile of {threads} threads\n\n{top(prof)}")
+        finally:
+            await lg.aclose()
+            await eg.aclose()
+            effects.close()
+
+    try:
+        asyncio.run(go())
     finally:
         _drop(admin_dsn, prefix)
         shutil.rmtree(base, ignore_errors=True)
