@@ -652,7 +652,7 @@ def write_markdown(doc: dict[str, Any], path: Path) -> None:
 
 
 def write_plot(doc: dict[str, Any], path: Path) -> bool:
-    """``results/latency.png``: effects/s against workers, each system and its ideal line."""
+    """``results/latency.png``: effects/s against workers; each system's ideal and CPU ceiling."""
     try:
         import matplotlib
 
@@ -676,6 +676,10 @@ def write_plot(doc: dict[str, Any], path: Path) -> bool:
                     label=LABELS.get(s, s))  # fmt: skip
         ax.plot(workers, [x["ideal"] for x in g], linestyle="--", color=colors.get(s),
                 alpha=0.6, label=f"ideal N*K/(model + step), {s}")  # fmt: skip
+        cpu_ms = statistics.median(x["cpu_ms_per_effect"]["median"] for x in g)
+        cores = doc["machine"]["cpus"] or 1
+        ax.axhline(1000 * cores / cpu_ms, linestyle=":", color=colors.get(s), alpha=0.6,
+                   label=f"CPU ceiling: {cores} cores / workers' CPU per effect, {s}")  # fmt: skip
     ax.set_xlabel(f"worker processes N ({p['threads']} threads in flight each)")
     ax.set_ylabel("side effects per second")
     ax.set_xticks(workers)
