@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --progress-bar on
 
-.PHONY: demo test lint typecheck bench campaign answer-machine browser notebooks lowest-deps clean
+.PHONY: demo test lint typecheck bench bench-latency campaign answer-machine browser notebooks lowest-deps clean
 
 $(BIN)/python:
 	@echo "== creating $(VENV) with $(PY) -m venv"
@@ -65,6 +65,13 @@ notebooks: $(VENV)/.installed-notebooks
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run_all.py
+
+# Scale-out under real model latency (500 ms a call): 1, 2, 4, 8 worker processes x 10
+# threads in flight, effectgate and plain LangGraph side by side on PostgreSQL
+# (EFFECTGATE_TEST_POSTGRES, default the local server's `test` database; a fresh schema
+# per run, dropped after). About 10 minutes, mostly waiting on the model's latency.
+bench-latency: $(VENV)/.installed-bench $(VENV)/.installed-postgres
+	$(BIN)/python benchmarks/bench_latency.py
 
 # The single-thread campaign on SQLite, then 4 `effectgate worker` processes and a
 # reviewer on PostgreSQL (a fresh schema per trial on EFFECTGATE_TEST_POSTGRES,
