@@ -105,13 +105,44 @@ def check_store_url(store: str) -> None:
         )
 
 
+def probe_store(store: str) -> None:
+    """Check that ``store`` can be used, creating nothing: the server answers, a schema is set.
+
+    One connection and one ``SELECT current_schema()``; tables are neither
+    read nor created (the first ``open_agent`` does that, under its
+    migration lock), so probing a state directory's store never migrates it.
+
+    Raises:
+        ConfigError: the server cannot be reached or refuses the login, or no
+            schema of ``search_path`` exists (the message names the server and
+            database, never the password).
+    """
+    import psycopg
+
+    from effectgate.ledger._postgres import redacted
+
+    try:
+        with psycopg.connect(store, autocommit=True, connect_timeout=10) as conn:
+            ((current,),) = conn.execute("SELECT current_schema()").fetchall()
+            if current is None:
+                ((path,),) = conn.execute("SHOW search_path").fetchall()
+                raise ConfigError(
+                    f"{redacted(store)}: no schema of search_path ({path}) exists: create it "
+                    "(CREATE SCHEMA) or name an existing one"
+                )
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"cannot use ledger database {redacted(store)}: {first}") from None
+
+
 def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -> str | None:
     """Return the store a state directory uses, recording a new one in its marker.
 
     A state directory keeps one ledger for life: running its workspace against
     a second, empty ledger would repeat every effect the first one recorded.
-    So the first ``--store`` that opens (its ledger and checkpoint tables are
-    reached and set up: ``open_postgres_stores``) is written to the marker
+    So the first ``--store`` that can be reached (``probe_store``: the server
+    answers and ``search_path`` names a schema; nothing is created yet) is
+    written to the marker
     (without a password: give it again, or through ``PGPASSWORD`` /
     ``~/.pgpass``), and a later one must name the same server, database and
     options. A store that cannot be opened (a mistyped port, a missing schema)
@@ -145,8 +176,7 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
                 f"{root} keeps its ledger in SQLite; --store cannot move it there "
                 "(use a new state directory for a PostgreSQL store)"
             )
-        with ExitStack() as stack:  # bind only a store that opens
-            open_postgres_stores(stack, store, None)
+        probe_store(store)  # bind only a store that can be reached
         marker.write_text(json.dumps({"format": store_format, "store": without_password(store)}))
         return store
     if not same_database(str(recorded), store):
