@@ -67,7 +67,13 @@ def _caller(agent: Agent, api: str) -> Callable[..., RunResult]:
 def run(args: argparse.Namespace) -> int:
     """Run or resume the thread; return the process exit code."""
     sd = StateDir.open(args.state_dir)
-    with open_agent(sd, model=args.model, endpoints=_endpoints(sd), store=args.store) as agent:
+    with open_agent(
+        sd,
+        model=args.model,
+        endpoints=_endpoints(sd),
+        store=args.store,
+        lease_ttl_s=args.lease_ttl,
+    ) as agent:
         call = _caller(agent, args.api)
         try:
             result = call("start", args.task, thread_id=args.thread, metadata={"model": args.model})
@@ -108,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-reviews", type=int, default=20)
     parser.add_argument("--store", default=None, help="a postgresql:// URL (default: SQLite)")
     parser.add_argument("--api", choices=["sync", "async"], default="sync")
+    parser.add_argument(
+        "--lease-ttl", type=float, default=30.0, help="seconds a thread lease lasts unrenewed"
+    )
     args = parser.parse_args(argv)
     try:
         return run(args)
