@@ -328,3 +328,77 @@ def test_double_text_during_a_slow_effect_makes_one_ticket(
     assert [o.operation_id for o in served.op_of(thread_id) if o.state is OpState.SUCCEEDED] == [
         op.operation_id
     ]
+
+
+@pytest.mark.slow
+def test_cancel_during_a_slow_effect_ends_honest_with_one_ticket(
+    served: Served, slow: None
+) -> None:
+    """``runs.cancel`` of the run whose approved ticket is in flight.
+
+    The ticket service still commits; the ledger ends the operation
+    SUCCEEDED (never left IN_FLIGHT, never lost); the cancelled run writes no
+    late checkpoint over the thread, and approving again (from the review)
+    reads the receipt back: one ticket.
+    """
+    client = served.client()
+    before = served.tickets()
+    thread_id, first = _at_review(client)
+    at_review = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
+    run = client.runs.create(thread_id, "effectgate", command=_approve(first))
+    _until("the ticket is in flight", lambda: served.in_flight(thread_id))
+    client.runs.cancel(thread_id, run["run_id"], wait=True)
+    _idle(client, thread_id)
+    head = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
+    [op] = _settled(served, thread_id)
+    assert op.state in (OpState.SUCCEEDED, OpState.UNKNOWN)
+    assert client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"] == head
+    assert served.tickets() - before == 1
+    client.runs.wait(thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review)
+    _finish(client, thread_id)
+    assert served.tickets() - before == 1
+    assert sum("TICKET-" in a for a in _tool_answers(client, thread_id)) == 1
+    [op] = served.op_of(thread_id)
+    assert op.state is OpState.SUCCEEDED
+
+
+@pytest.mark.slow
+def test_delete_thread_during_a_slow_effect_stays_deleted(served: Served, slow: None) -> None:
+    """``threads.delete`` while the approved ticket is in flight: the thread stays deleted.
+
+    The server's own runtime keeps the checkpoints of ``langgraph dev``; the
+    ledger keeps the operation, which ends SUCCEEDED with one ticket.
+    """
+    from langgraph_sdk.errors import NotFoundError
+
+    client = served.client()
+    before = served.tickets()
+    thread_id, first = _at_review(client)
+    client.runs.create(thread_id, "effectgate", command=_approve(first))
+    _until("the ticket is in flight", lambda: served.in_flight(thread_id))
+    client.threads.delete(thread_id)
+    [op] = _settled(served, thread_id)
+    assert op.state is OpState.SUCCEEDED
+    assert served.tickets() - before == 1
+    with pytest.raises(NotFoundError):
+        client.threads.get(thread_id)
+    with pytest.raises(NotFoundError):
+        client.threads.get_state(thread_id)
+
+
+@pytest.mark.slow
+def test_the_same_run_twice_acts_once(served: Served) -> None:
+    """The approving run executed twice from its start checkpoint (a server's retry)."""
+    client = served.client()
+    before = served.tickets()
+    thread_id, first = _at_review(client)
+    at_review = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
+    for _ in range(2):
+        client.runs.wait(
+            thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review
+        )
+        assert _interrupts(client, thread_id) == []
+        assert sum("TICKET-" in a for a in _tool_answers(client, thread_id)) == 1
+    assert served.tickets() - before == 1
+    [op] = served.op_of(thread_id)
+    assert (op.state, op.attempt) == (OpState.SUCCEEDED, 1)
