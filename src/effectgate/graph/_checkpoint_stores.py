@@ -27,6 +27,7 @@ __all__ = [
     "Counted",
     "Vacuum",
     "checkpoint_store",
+    "deleted_for_good",
     "is_lock_timeout",
 ]
 
@@ -93,6 +94,22 @@ class CheckpointStore:
     def vacuum(self, mode: Vacuum, wait_s: float) -> None:
         """Give the space of the deleted rows back (``mode``), waiting ``wait_s`` for locks."""
         raise NotImplementedError
+
+
+def deleted_for_good(saver: Any, thread_id: str) -> None:
+    """Delete ``thread_id``'s checkpoints and writes and record it in the late-writer guard.
+
+    The checkpointer's own ``delete_thread`` (the LangGraph server's
+    ``threads.delete``) goes through here, as ``prune`` does: a run of the
+    thread still at work cannot put a checkpoint or a write for it afterwards
+    (the guard's trigger refuses it). ``saver``: an SQLite or PostgreSQL saver.
+
+    Raises:
+        ConfigError: ``saver`` is neither.
+    """
+    from datetime import UTC
+
+    checkpoint_store(saver, None).delete_thread(thread_id, datetime.now(UTC))  # type: ignore[arg-type]
 
 
 def checkpoint_store(saver: Any, ledger: Ledger) -> CheckpointStore:

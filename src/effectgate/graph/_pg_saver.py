@@ -54,6 +54,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from effectgate.errors import ConfigError
+from effectgate.graph._checkpoint_stores import deleted_for_good
 from effectgate.graph._saver import _UNREADABLE, _AsyncInThreads, _checked, _damaged
 from effectgate.ledger._postgres import check_connection, redacted, retry_transient
 
@@ -154,6 +155,14 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
                 self._local.writes = False
 
         self._retrying(put)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread for good: its rows, and a late writer's next write (the guard).
+
+        As ``StepDurableSaver.delete_thread``: the thread is recorded in the
+        late-writer guard, so a run still at work cannot bring it back.
+        """
+        deleted_for_good(self, thread_id)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``PostgresSaver.get_tuple``; a row whose bytes cannot be read back is reported as damage.

@@ -73,6 +73,7 @@ from langgraph.pregel.debug import tasks_w_writes
 from langgraph.types import Interrupt, PregelTask
 
 from effectgate._recent import Recent
+from effectgate.graph._checkpoint_stores import deleted_for_good
 from effectgate.errors import CheckpointCorruptError
 
 __all__ = ["HeadState", "StepDurableSaver", "head_state"]
@@ -333,8 +334,16 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
         return saved
 
     def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread (``SqliteSaver.delete_thread``) and forget the lineage remembered."""
-        super().delete_thread(thread_id)
+        """Delete a thread for good and forget the lineage remembered.
+
+        Unlike ``SqliteSaver.delete_thread``, the thread is also recorded in
+        the late-writer guard (``GUARD_TABLE``, as ``prune`` does): a run of
+        the thread still at work (an effect in flight when the LangGraph
+        server's ``threads.delete`` came) cannot bring it back with its next
+        checkpoint or task write; that write raises instead. The thread id is
+        not usable again.
+        """
+        deleted_for_good(self, thread_id)
         self._lineage.clear()
 
     def forget_lineage(self) -> None:
