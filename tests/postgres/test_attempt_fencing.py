@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import pytest
 from effectgate._app import StateDir
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
-from effectgate.ledger import EventKind, Operation, OpState, PostgresLedger
+from effectgate.ledger import Operation, OpState, PostgresLedger
 
 pytestmark = [pytest.mark.crash]
 

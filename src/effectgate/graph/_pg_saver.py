@@ -134,10 +134,6 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
             )
         )
 
-    def delete_thread(self, thread_id: str) -> None:
-        """``PostgresSaver.delete_thread``, retried on a transient error."""
-        self._retrying(lambda: super(StepDurablePostgresSaver, self).delete_thread(thread_id))
-
     def put_writes(
         self,
         config: RunnableConfig,
@@ -161,8 +157,10 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
 
         As ``StepDurableSaver.delete_thread``: the thread is recorded in the
         late-writer guard, so a run still at work cannot bring it back.
+        Retried on a transient error (recording the guard and deleting the
+        rows again is harmless).
         """
-        deleted_for_good(self, thread_id)
+        self._retrying(lambda: deleted_for_good(self, thread_id))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``PostgresSaver.get_tuple``; a row whose bytes cannot be read back is reported as damage.

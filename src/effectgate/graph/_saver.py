@@ -73,8 +73,8 @@ from langgraph.pregel.debug import tasks_w_writes
 from langgraph.types import Interrupt, PregelTask
 
 from effectgate._recent import Recent
-from effectgate.graph._checkpoint_stores import deleted_for_good
 from effectgate.errors import CheckpointCorruptError
+from effectgate.graph._checkpoint_stores import deleted_for_good
 
 __all__ = ["HeadState", "StepDurableSaver", "head_state"]
 
