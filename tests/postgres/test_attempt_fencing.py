@@ -32,17 +32,13 @@ SLOW_S = 4.5
 """Below the ticket tool's 5 s read timeout: the call is slow, not timed out."""
 
 
-def _worker(
-    sd: StateDir, thread: str, *, failpoint: str | None = None
-) -> subprocess.Popen[str]:
+def _worker(sd: StateDir, thread: str, *, failpoint: str | None = None) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
     if failpoint:
         env["EFFECTGATE_FAILPOINT"] = failpoint
     cmd = [sys.executable, "-m", "effectgate.testing.worker", "--state-dir", str(sd.root)]
     cmd += ["--thread", thread, "--store", str(sd.store), "--lease-ttl", str(LEASE_TTL_S)]
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _until(what: str, ready: Callable[[], bool], *, within_s: float = 20.0) -> None:
@@ -75,7 +71,7 @@ def _last(proc: subprocess.Popen[str]) -> dict[str, object]:
 def test_a_slow_live_attempt_is_not_taken_over_by_another_thread(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    """Issue #32's scenario: attempt 2 is mid-request (4.5 s); resuming thread A claims no attempt 3.
+    """Issue #32: attempt 2 is mid-request (4.5 s); resuming thread A claims no attempt 3.
 
     A's worker dies right after claiming the shared ``create_ticket``
     (attempt 1, nothing sent). B's worker finds A's process gone, settles
@@ -95,9 +91,12 @@ def test_a_slow_live_attempt_is_not_taken_over_by_another_thread(
 
         services.set_fault("tickets", "slow", delay_s=SLOW_S, times=1)
         b = _worker(sd, "B")
-        _until("B's attempt 2 is at the ticket service", lambda: (
-            _in_flight(postgres_url, 2) and services.stats("tickets")["create_requests"] == 1
-        ))
+        _until(
+            "B's attempt 2 is at the ticket service",
+            lambda: (
+                _in_flight(postgres_url, 2) and services.stats("tickets")["create_requests"] == 1
+            ),
+        )
         # B is inside its 4.5 s request; resume A past a whole lease period.
         time.sleep(LEASE_TTL_S * 1.5)  # not a timed assertion: B's lease must outlive it
         a2 = _worker(sd, "A")

@@ -95,7 +95,7 @@ def test_delete_thread_while_an_effect_runs_stays_deleted(
         def approve() -> None:
             try:
                 outcome["result"] = agent.resume(tid, decisions=answer)
-            except Exception as exc:  # the refused late write may surface here
+            except Exception as exc:  # noqa: BLE001 - the refused late write may surface here
                 outcome["error"] = exc
 
         worker = threading.Thread(target=approve)
@@ -231,9 +231,7 @@ def _idle(client: Any, thread_id: str) -> None:
     """Wait until no run of the thread is pending or running (bounded: none left running)."""
     _until(
         "every run of the thread has ended",
-        lambda: all(
-            r["status"] not in ("pending", "running") for r in client.runs.list(thread_id)
-        ),
+        lambda: all(r["status"] not in ("pending", "running") for r in client.runs.list(thread_id)),
         timeout=30,
     )
 
@@ -313,9 +311,7 @@ def test_double_text_during_a_slow_effect_makes_one_ticket(
         # to call the model over the unanswered call. The way on: fork at the review.
         assert _tool_answers(client, thread_id) == []
         assert [r["status"] for r in client.runs.list(thread_id)].count("error") == 1
-        client.runs.wait(
-            thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review
-        )
+        client.runs.wait(thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review)
     seen = _finish(client, thread_id)
     if strategy == "enqueue":
         [again_review] = seen
@@ -394,9 +390,7 @@ def test_the_same_run_twice_acts_once(served: Served) -> None:
     thread_id, first = _at_review(client)
     at_review = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
     for _ in range(2):
-        client.runs.wait(
-            thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review
-        )
+        client.runs.wait(thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review)
         assert _interrupts(client, thread_id) == []
         assert sum("TICKET-" in a for a in _tool_answers(client, thread_id)) == 1
     assert served.tickets() - before == 1
