@@ -3,7 +3,7 @@
 ``python -m effectgate.testing.worker --state-dir DIR --thread ID`` opens the
 agent on ``DIR`` (services already running; their addresses are read from
 ``DIR/services/endpoints.json``), starts the thread if it is new or resumes it
-otherwise, answers every review with the chosen decisions, and prints one
+otherwise (after ``--go-file`` appears, if given), answers every review with the chosen decisions, and prints one
 JSON line with the outcome. ``--api async`` drives the same agent through
 ``astart``/``aresume``. Killing it (``EFFECTGATE_FAILPOINT`` or SIGKILL)
 and starting it again is how tests prove that nothing happens twice.
@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -64,6 +65,16 @@ def _caller(agent: Agent, api: str) -> Callable[..., RunResult]:
     return call
 
 
+def _wait_for(go_file: Path | None) -> None:
+    """Block until ``go_file`` exists (``None``: return at once).
+
+    Lets a test start the process (imports, agent opened: seconds on a busy
+    machine) ahead of time and make it run at a moment of its choosing.
+    """
+    while go_file is not None and not go_file.exists():
+        time.sleep(0.02)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run or resume the thread; return the process exit code."""
     sd = StateDir.open(args.state_dir)
@@ -75,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         lease_ttl_s=args.lease_ttl,
     ) as agent:
         call = _caller(agent, args.api)
+        _wait_for(args.go_file)
         try:
             result = call("start", args.task, thread_id=args.thread, metadata={"model": args.model})
         except ConfigError:  # the thread exists: continue it
@@ -116,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api", choices=["sync", "async"], default="sync")
     parser.add_argument(
         "--lease-ttl", type=float, default=30.0, help="seconds a thread lease lasts unrenewed"
+    )
+    parser.add_argument(
+        "--go-file", type=Path, default=None, help="open the agent, then wait for this file"
     )
     args = parser.parse_args(argv)
     try:
