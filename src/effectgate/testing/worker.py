@@ -3,8 +3,9 @@
 ``python -m effectgate.testing.worker --state-dir DIR --thread ID`` opens the
 agent on ``DIR`` (services already running; their addresses are read from
 ``DIR/services/endpoints.json``), starts the thread if it is new or resumes it
-otherwise (after ``--go-file`` appears, if given), answers every review with the chosen decisions, and prints one
-JSON line with the outcome. ``--api async`` drives the same agent through
+otherwise (after ``--go-file`` appears, if given), answers every review with
+the chosen decisions, and prints one JSON line with the outcome. ``--api async``
+drives the same agent through
 ``astart``/``aresume``. Killing it (``EFFECTGATE_FAILPOINT`` or SIGKILL)
 and starting it again is how tests prove that nothing happens twice.
 
