@@ -7,17 +7,20 @@ own. Each has a timeout well under the old behaviour (blocking for ever).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate._app import StateDir, open_agent
+from effectgate._workers import submit
 from tests.hostile.conftest import SECRET
 
 CLI = [sys.executable, "-m", "effectgate.cli"]
@@ -131,3 +134,72 @@ def test_worker_pool_keeps_the_store_password_off_argv(tmp_path: Path, postgres_
             os.kill(child, signal.SIGKILL)
         out, err = parent.communicate(timeout=60)
     assert password.encode() not in out + err, (out + err)[-2000:]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["run", "worker"])
+def test_run_shell_dies_with_the_process_that_dispatched_it(tmp_path: Path, how: str) -> None:
+    """``kill -9`` of the process inside an approved ``run_shell``: its whole command goes too.
+
+    Before, the command ran in a session of its own and outlived the worker:
+    ``after`` was written 4 s later by a process nothing in the ledger named.
+    Now a watchdog kills the command's process group when the dispatching
+    process ends; the operation is left for a verdict, as any unsafe call
+    interrupted mid-way.
+    """
+    state = tmp_path / "state"
+    workspace = StateDir.open(state).workspace
+    command = "echo $$ > pgid; (sleep 4; echo late > after) & sleep 4; echo late > after2"
+    model = _model(tmp_path, [{"name": "run_shell", "args": {"command": command}}])
+    env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
+    if how == "run":
+        args = ["run", "t", "--model", model, "--approve", "all"]
+    else:
+        with open_agent(StateDir.open(state), model=model) as agent:
+            submit(agent, "hold the shell", thread_id="t")
+        args = ["worker", "--model", model, "--approve", "all"]
+    proc = subprocess.Popen(
+        [*CLI, *args, "--state-dir", str(state)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pgid_file = workspace / "pgid"
+    try:
+        for _ in range(600):
+            if pgid_file.exists() and pgid_file.read_text().strip():
+                break
+            assert proc.poll() is None, f"{how} ended before the command started"
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the shell command never started")
+        pgid = int(pgid_file.read_text())
+        assert _group_alive(pgid)
+        proc.kill()
+        proc.wait(timeout=30)
+        for _ in range(100):  # the watchdog kills the group within moments
+            if not _group_alive(pgid):
+                break
+            time.sleep(0.05)
+        assert not _group_alive(pgid), "the command's process group outlived the dispatcher"
+        time.sleep(5)  # past the moment the command would have written its files
+        assert not (workspace / "after").exists()
+        assert not (workspace / "after2").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+            os.killpg(int(pgid_file.read_text()), signal.SIGKILL)
+    shown = _eg("ledger", "list", "--state-dir", str(state), "--json")
+    assert shown.returncode == 0, shown.stderr
+    (op,) = json.loads(shown.stdout)["operations"]
+    assert op["tool"] == "run_shell" and op["state"] in ("IN_FLIGHT", "UNKNOWN"), op

@@ -115,6 +115,57 @@ class _Capped:
         return _clip(bytes(self.kept), self.dropped)
 
 
+_WATCHDOG = (
+    "read pgid; read done; "
+    'case "$pgid" in ""|*[!0-9]*) exit 0;; esac; '
+    # dash's kill takes no "--"; "-PGID" after the signal names the group.
+    '[ "$done" = d ] || kill -KILL "-$pgid" 2>/dev/null'
+)
+"""The watchdog's program: kill the command's process group unless told it ended.
+
+Its stdin is a pipe whose only write end this process holds (``os.pipe``
+descriptors are not inherited by the command). A worker that ends in any way,
+``kill -9`` included, closes that end; the watchdog then reads end-of-file
+instead of ``d`` and kills the group, so no command outlives the worker that
+dispatched it (one process group: a child that calls ``setsid`` itself leaves
+it and is not reached). It is a ``/bin/sh`` of its own session, so a terminal's
+Ctrl-C to the worker's group does not end it first."""
+
+
+class _Watchdog:
+    """A ``/bin/sh`` that kills a command's process group if this process dies first."""
+
+    def __init__(self) -> None:
+        read, self._write = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                ["/bin/sh", "-c", _WATCHDOG],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(self._write)
+            raise
+        finally:
+            os.close(read)
+
+    def guard(self, pgid: int) -> None:
+        """Name the process group to kill (``pgid``) if this process dies from now on."""
+        os.write(self._write, f"{pgid}\n".encode())
+
+    def release(self) -> None:
+        """The command ended (or was killed by us): tell the watchdog to exit without a kill."""
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"d\n")
+        with contextlib.suppress(OSError):
+            os.close(self._write)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=_REAP_TIMEOUT_S)
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     # The command runs in its own session, so this also kills its children
     # (subprocess.run would kill only the shell and then wait on their pipes).
@@ -130,6 +181,18 @@ class _Shell:
         self.timeout_s = timeout_s
 
     def run(self, args: RunShellArgs, ctx: ToolContext) -> ToolResult:
+        # Started before the command, so that a worker killed at any moment
+        # after the command exists takes it along (the gap is one os.write).
+        try:
+            watchdog = _Watchdog()
+        except OSError as exc:
+            raise Rejected(f"run_shell: could not start its watchdog /bin/sh: {exc}") from exc
+        try:
+            return self._run(args, watchdog)
+        finally:
+            watchdog.release()
+
+    def _run(self, args: RunShellArgs, watchdog: _Watchdog) -> ToolResult:
         try:
             proc = subprocess.Popen(
                 args.command,
@@ -144,6 +207,7 @@ class _Shell:
         except (OSError, ValueError) as exc:
             # Raised before the shell existed: nothing ran.
             raise Rejected(f"run_shell: could not start /bin/sh: {exc}") from exc
+        watchdog.guard(proc.pid)  # its own session: the group id is its pid
         assert proc.stdout is not None and proc.stderr is not None
         # Output past the cap is read and thrown away as it comes, so `yes`
         # costs a CPU for its timeout, never memory.
@@ -162,6 +226,11 @@ class _Shell:
                 f"run_shell: still running after {self.timeout_s} s and killed; "
                 f"what it changed before that is unknown: {args.command!r}"
             ) from exc
+        except BaseException:
+            # Interrupted here (KeyboardInterrupt, a stop): the command must not
+            # outlive the call that started it, as it does not outlive the process.
+            _kill_group(proc)
+            raise
         value = {"exit_code": proc.returncode, "stdout": out.text(), "stderr": err.text()}
         return ToolResult(value=value)
 
