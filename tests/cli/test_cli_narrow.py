@@ -102,3 +102,20 @@ def test_a_wide_terminal_keeps_the_table_with_ids_on_one_line() -> None:
     text = buffer.getvalue()
     assert "┏" in text and "-[ 1 ]-" not in text  # a table, not blocks
     assert any(record.thread_id in line for line in text.splitlines())
+
+
+def test_report_tables_keep_every_column_on_80_columns(finished_demo: tuple[Path, Ran]) -> None:
+    """``resume``'s ledger table, piped at 80 columns: each column's value is shown, not squeezed.
+
+    Before, the 64-character operation id took the whole width and rich shrank
+    the tool, state and attempt columns to nothing: the report listed ids
+    with no state beside them.
+    """
+    state, _ = finished_demo
+    ops, threads = _ids(state)
+    out = _piped("resume", "--thread", threads[0], "--state-dir", str(state))
+    lines = out.splitlines()
+    for op in ops:
+        assert any(op in line for line in lines), (op, out)
+    assert out.count("SUCCEEDED") >= len(ops), out
+    assert "send_email" in out and "create_ticket" in out, out

@@ -33,6 +33,7 @@ from effectgate.cli._render import (
     operation_panel,
     operations_table,
     print_listing,
+    print_table,
     terminal_safe,
     thread_json,
     threads_table,
@@ -354,7 +355,7 @@ def _print_pending(
             if item["error"]:
                 output.out.print(f"  [bold red]previous answer refused:[/] {escape(item['error'])}")
     if ops:
-        output.out.print(operations_table(ops, title="operations with an unknown outcome"))
+        print_table(output.out, operations_table(ops, title="operations with an unknown outcome"))
         for thread in sorted({op.thread_id for op in ops if op.state.value != _VERDICT}):
             # IN_FLIGHT: under way in a live run, or left by one that died
             # (kill -9) after claiming it; UNKNOWN: the outcome is to be looked up.
@@ -542,7 +543,7 @@ def reconcile(
     if output.json_mode:
         output.emit_json({"operation": operation_json(op)})
     else:
-        output.out.print(operations_table([op], title="reconciled"))
+        print_table(output.out, operations_table([op], title="reconciled"))
         resume = command_hint(state_dir, "resume", "--thread", op.thread_id)
         output.out.print(escape(f"continue the thread with: {resume}"))
     return 0

@@ -40,6 +40,7 @@ __all__ = [
     "operation_json",
     "operation_panel",
     "operations_table",
+    "print_table",
     "print_listing",
     "pending_text",
     "print_summary",
@@ -484,9 +485,23 @@ def print_listing(console: Console, table: Table) -> None:
             console.file.write(terminal_safe("\t".join(_cell_line(c) for c in row)) + "\n")
         console.file.flush()
         return
+    print_table(console, table)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print a table of ids (made by ``_listing``) inside a report, on any width.
+
+    As the rich table when it fits ``console.width`` with its ids whole and
+    every other column readable (``_fits``); else one block per row,
+    ``header  value`` per line (as ``psql``'s expanded display), so that no
+    column shrinks to nothing beside a long id. Used for the tables of
+    ``resume``, ``run``, ``pending`` and ``reconcile``; ``print_listing``
+    adds the tab-separated form for pipes.
+    """
     if _fits(console, table):
         console.print(table)
         return
+    cells = [list(column.cells) for column in table.columns]
     headers = [str(column.header) for column in table.columns]
     pad = max(len(h) for h in headers)
     console.print(Text(str(table.title or ""), style="italic"))
@@ -646,10 +661,10 @@ def print_summary(
         console.print(Panel(_plain(result.final_message), title="agent", title_align="left"))
     if result.operations:
         title = f"ledger: thread {result.thread_id}"
-        console.print(operations_table(result.operations, title=title))
+        print_table(console, operations_table(result.operations, title=title))
     if result.shared_operations:
         title = "ledger: operations of other threads this thread met by business key"
-        console.print(operations_table(result.shared_operations, title=title))
+        print_table(console, operations_table(result.shared_operations, title=title))
     if not result.operations and not result.shared_operations:
         console.print("[dim]no operation of this thread is in the ledger yet[/]")
     if external is not None:
