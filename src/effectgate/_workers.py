@@ -551,7 +551,12 @@ def report_text(data: Mapping[str, Any]) -> None:
 
 
 def _refuses(
-    sd: StateDir, spec: str | None, model: str | None = None
+    sd: StateDir,
+    spec: str | None,
+    model: str | None = None,
+    *,
+    services: bool = False,
+    state_dir: Path | None = None,
 ) -> Callable[[ThreadRecord], str | None]:
     """Skip the threads of another agent: each thread runs with the recipe it was started with.
 
@@ -562,21 +567,54 @@ def _refuses(
     the thread never planned and could end it ``done`` on a wrong answer.
     A thread that records no model (started through the library) runs
     with ``model``.
+
+    And with the demo services it was started with (``effectgate demo``,
+    ``run --with-services``): without their addresses (``services``: this
+    worker read ``services/endpoints.json``) its agent lacks the ticket and
+    mail tools, and recovering an interrupted call without them would leave
+    for a person what a lookup settles. Such a thread's line names
+    ``effectgate resume --thread T`` (``state_dir``: the ``--state-dir`` to
+    spell in it), which starts the services, and the worker that takes it
+    while ``effectgate services`` runs.
     """
     from effectgate.cli._loader import thread_agent
-    from effectgate.cli._runs import stored_model_spec
+    from effectgate.cli._runs import services_skip, stored_model_spec, uses_services
 
     mine = None if model is None else stored_model_spec(model)
+    demo_tools = "the demo ticket and mail services"
 
     def why(record: ThreadRecord) -> str | None:
         theirs = thread_agent(sd, record.thread_id, record.metadata)
+        needs = theirs is None and uses_services(record.metadata)
         if theirs != spec:
+            if needs:
+                return services_skip(
+                    state_dir,
+                    record.thread_id,
+                    f"it runs with the built-in tools and {demo_tools}",
+                    "a worker without --agent",
+                )
             if theirs is None:
                 return "it runs with the built-in tools: a worker without --agent takes it"
             return f"it runs with --agent {theirs}: a worker with --agent {theirs} takes it"
         recorded = record.metadata.get("model")
         if mine is not None and isinstance(recorded, str) and recorded != mine:
+            if needs:
+                return services_skip(
+                    state_dir,
+                    record.thread_id,
+                    f"it runs with --model {recorded} and {demo_tools}",
+                    f"a worker with --model {recorded}",
+                )
             return f"it runs with --model {recorded}: a worker with --model {recorded} takes it"
+        if needs and not services:
+            return services_skip(
+                state_dir,
+                record.thread_id,
+                f"it runs with {demo_tools} and none runs for this worker "
+                "(no services/endpoints.json)",
+                "a worker",
+            )
         return None
 
     return why
@@ -691,7 +729,13 @@ def worker_main(
         with STOPPER.running(_LoopStop(stop, agent)):
             if not STOPPER.requested:
                 print(READY_LINE.format(worker=agent.worker), file=sys.stderr, flush=True)
-                refuses = _refuses(sd, agent_spec, model if recipe is None else None)
+                refuses = _refuses(
+                    sd,
+                    agent_spec,
+                    model if recipe is None else None,
+                    services=endpoints is not None,
+                    state_dir=state_dir,
+                )
                 runs = work(agent, opts, say=say, stop=stop, refuses=refuses)
         say({"worker": agent.worker, "runs": runs, "stopped": STOPPER.requested})
     # Stopped by SIGINT / SIGTERM: incomplete, as every command the table documents.

@@ -485,7 +485,7 @@ def _continue(
     resuming: bool,
 ) -> int:
     from effectgate._app import StateDir
-    from effectgate.cli._runs import _execute, _Plan, _source, thread_record
+    from effectgate.cli._runs import _execute, _Plan, _source, thread_record, uses_services
 
     source = _source(flags, output)
     sd = StateDir.open(flags.state_dir, create=False, store=flags.store)
@@ -499,9 +499,7 @@ def _continue(
     options = {k: meta.get(k) for k in ("base_url", "max_retries")}
     options.update({k: v for k, v in model_options.items() if v is not None})
     model = _model_for(recipe, model_spec, meta, options, thread_id)
-    services = recipe is None and (
-        with_services or bool(meta.get("services", meta.get("kind") == "demo"))
-    )
+    services = recipe is None and (with_services or uses_services(meta))
     plan = _Plan(
         thread_id=thread_id,
         model=model,

@@ -62,8 +62,10 @@ __all__ = [
     "run_demo",
     "run_resume",
     "run_task",
+    "services_skip",
     "stored_model_spec",
     "thread_record",
+    "uses_services",
 ]
 
 DEMO_MODEL = "scripted:incident"
@@ -113,6 +115,35 @@ class _Plan:
 def new_thread_id(kind: str) -> str:
     """Return a fresh thread id: ``demo-<8 hex>`` for the demo, 32 hex otherwise."""
     return f"demo-{uuid.uuid4().hex[:8]}" if kind == "demo" else uuid.uuid4().hex
+
+
+def uses_services(metadata: Mapping[str, Any]) -> bool:
+    """Whether a thread runs with the demo ticket and mail tools, from its record's metadata.
+
+    ``effectgate demo`` and ``effectgate run --with-services`` record it
+    (``"services": true``); an older demo thread says only ``"kind": "demo"``.
+    ``resume`` and ``run --thread`` start the demo services for such a thread.
+    """
+    return bool(metadata.get("services", metadata.get("kind") == "demo"))
+
+
+def services_skip(state_dir: Path | None, thread_id: str, why: str, worker: str) -> str:
+    """The one line a worker says of a demo-services thread it leaves: why, and who takes it.
+
+    ``effectgate resume`` takes such a thread to its end (it starts the demo
+    services itself, with the thread's recorded model and tools); so does
+    ``worker`` (e.g. "a worker without --agent") while ``effectgate
+    services`` runs for the state directory (``services/endpoints.json``).
+
+    Args:
+        state_dir: the worker's ``--state-dir`` as given (spelled in the commands).
+        thread_id: the thread left.
+        why: what this worker lacks, e.g. "it runs with the demo ticket and mail services".
+        worker: the worker that takes it while the services run.
+    """
+    resume = command_hint(state_dir, "resume", "--thread", thread_id)
+    services = command_hint(state_dir, "services")
+    return f"{why}: {resume} takes it (it starts them), or {worker} while {services} runs"
 
 
 def stored_model_spec(spec: str) -> str:
@@ -513,7 +544,7 @@ def run_resume(
             "library, not the CLI): pass --model SPEC, the model it was started with"
         )
     model = _resume_model(None if stored is None else str(stored), model_spec, options, output)
-    services = with_services or bool(meta.get("services", meta.get("kind") == "demo"))
+    services = with_services or uses_services(meta)
     _check_crash_tools(crash, sd.root, services=services)
     plan = _Plan(
         thread_id=thread_id,
