@@ -1,4 +1,4 @@
-"""A second SIGTERM to ``effectgate worker`` aborts at once, even inside a slow tool call.
+"""A second SIGTERM to ``effectgate worker`` aborts at once, even inside a slow tool call (#37).
 
 The first SIGTERM asks the worker to stop at the next step boundary; the
 test waits until the worker has said so on stderr before sending the second
