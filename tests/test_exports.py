@@ -62,6 +62,7 @@ PUBLIC = {
         "ThreadBusyError",
         "ToolCallError",
         "ToolError",
+        "UnknownInterruptError",
         "WorkspaceError",
     },
 }

@@ -46,7 +46,12 @@ from pydantic import (
 )
 
 from effectgate._verdicts import Verdict
-from effectgate.errors import DecisionError, FollowUpError, OrphanedOperationError
+from effectgate.errors import (
+    DecisionError,
+    FollowUpError,
+    OrphanedOperationError,
+    UnknownInterruptError,
+)
 from effectgate.ledger import UNFINISHED, Approval, Ledger, Operation, OpState
 
 __all__ = [
@@ -66,6 +71,7 @@ __all__ = [
     "bind_decisions",
     "bind_shown_flags",
     "check_no_orphans",
+    "check_resume_ids",
     "check_review_answer",
     "close_for_follow_up",
     "decision_allowed",
@@ -229,6 +235,62 @@ def describe_pending(pending: Sequence[PendingLike]) -> str:
             parts.append(f"reconciliation {item.id} ({item.value.get('operation_id')})")
     lead = "" if any(i.kind != "reconciliation" for i in pending) else "no review is pending; "
     return lead + "pending: " + "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    """An interrupt as LangGraph recorded it, named in a refusal (a ``PendingLike``)."""
+
+    id: str
+    raw: Any
+
+    @property
+    def value(self) -> Mapping[str, Any]:
+        return as_payload(self.raw)
+
+    @property
+    def kind(self) -> str:
+        return str(self.value.get("type", "review"))
+
+
+def check_resume_ids(
+    named: Collection[str], *, known: Collection[str], pending: Mapping[str, Any]
+) -> None:
+    """Refuse a resume map that names an interrupt the thread is not waiting on.
+
+    Every interrupt is answered by its own id (``Command(resume={id:
+    value})``). LangGraph drops a key that names no interrupt and runs the
+    node again, which asks the same question again: the answer would be lost
+    without a word. The rule for every path that takes a resume map (the
+    graph's nodes, for a LangGraph client such as ``langgraph dev``'s;
+    ``resume_command``): each key must name an interrupt the thread raised,
+    and an empty map answers nothing.
+
+    Args:
+        named: the keys of the resume map.
+        known: the interrupt ids the map may name (those recorded on the
+            checkpoint it resumes: pending, or answered in the same step).
+        pending: interrupt id -> interrupt value, for the ones still waiting
+            (named in the refusal).
+
+    Raises:
+        UnknownInterruptError: the map is empty or names an unknown id; one line
+            naming the unknown id(s) and the pending interrupts. Nothing was
+            applied; the pending interrupts can still be answered.
+    """
+    waiting = describe_pending([_Raised(i, v) for i, v in pending.items()])
+    if not named:
+        raise UnknownInterruptError(
+            f"resume refused: the resume map names no interrupt; nothing was applied. {waiting}"
+        )
+    unknown = [i for i in named if i not in known]
+    if unknown:
+        listed = ", ".join(repr(i) for i in unknown)
+        verb = "is" if len(unknown) == 1 else "are"
+        raise UnknownInterruptError(
+            f"resume refused: interrupt {listed} {verb} not pending on this thread "
+            f"(another thread's, already answered, or mistyped); nothing was applied. {waiting}"
+        )
 
 
 REVIEW_FLAGS = (

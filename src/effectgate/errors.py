@@ -17,6 +17,7 @@ EffectgateError
 │   ├── ApprovalExpiredError    the approval's expires_at has passed
 │   └── ApprovalMismatchError   args (intent hash) differ from the approved ones
 ├── DecisionError               a review/reconciliation resume has the wrong shape
+│   └── UnknownInterruptError   a resume map names no interrupt the thread waits on
 ├── ToolCallError               model produced an unknown tool or invalid arguments
 ├── WorkspaceError              path escapes the workspace
 └── ToolError                   raised by tools, consumed by dispatch
@@ -63,6 +64,7 @@ __all__ = [
     "ThreadBusyError",
     "ToolCallError",
     "ToolError",
+    "UnknownInterruptError",
     "WorkspaceError",
 ]
 
@@ -317,6 +319,16 @@ class DecisionError(EffectgateError):
     """A resume value (review decisions or a reconciliation verdict) is malformed.
 
     Nothing is dispatched; the thread stays resumable with the same interrupt.
+    """
+
+
+class UnknownInterruptError(DecisionError, ValueError):
+    """A resume map (``Command(resume={id: ...})``) names no interrupt the thread waits on.
+
+    Raised by ``answers.check_resume_ids`` before anything is applied: the
+    thread keeps waiting under the same interrupt ids, which the message
+    names. A ``ValueError`` too, so that LangGraph's server reports its
+    message to the client (it hides the text of other exception types).
     """
 
 

@@ -45,6 +45,7 @@ from langgraph.types import Command
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._process import new_worker_id
+from effectgate.answers import check_resume_ids
 from effectgate.dispatch import Dispatcher
 from effectgate.errors import DecisionError
 from effectgate.graph._messages import pending_calls, with_call_ids, with_unique_call_ids
@@ -404,7 +405,8 @@ def resume_command(
             pending; a map that misses a pending interrupt or names one that
             is not pending. Nothing ran.
     """
-    pending = list(dict.fromkeys(i.id for i in graph.get_state(config).interrupts))
+    interrupts = {i.id: i.value for i in graph.get_state(config).interrupts}
+    pending = list(interrupts)
     if not pending:
         raise DecisionError("no interrupt is pending on this thread; nothing to resume")
     if (answer is _NO_ANSWER) == (by_id is None):
@@ -416,9 +418,7 @@ def resume_command(
                 "could reach the wrong one: answer each by its id (by_id={id: answer})"
             )
         return Command(resume={pending[0]: answer})
-    stray = sorted(set(by_id) - set(pending))
-    if stray:
-        raise DecisionError(f"interrupt(s) {', '.join(stray)} are not pending; nothing ran")
+    check_resume_ids(list(by_id), known=pending, pending=interrupts)
     missing = [i for i in pending if i not in by_id]
     if missing:
         raise DecisionError(

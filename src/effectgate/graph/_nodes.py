@@ -40,6 +40,7 @@ from effectgate.graph._messages import (
     with_unique_call_ids,
 )
 from effectgate.graph._policy import Policy
+from effectgate.graph._review import refuse_unknown_resume
 from effectgate.graph._state import (
     ActionRequest,
     AgentState,
@@ -148,6 +149,7 @@ def make_tools_node(specs: Mapping[str, ToolSpec]) -> Any:
     """
 
     def tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        refuse_unknown_resume(config)  # a gated read asks with interrupt()
         thread_id = str(config["configurable"]["thread_id"])
         out: list[ToolMessage] = []
         calls = pending_calls(state["messages"])
@@ -259,7 +261,10 @@ def make_effect_node(
 ) -> Any:
     """Build ``effect:<tool>``: dispatch one reviewed call through the ledger."""
 
-    def effect(task: EffectTask) -> dict[str, Any]:
+    def effect(task: EffectTask, config: RunnableConfig) -> dict[str, Any]:
+        # Before dispatch: a verdict, a re-review or a tool's own question is
+        # asked with interrupt(), and dispatch writes to the ledger first.
+        refuse_unknown_resume(config)
         call = EffectCall(
             thread_id=task["thread_id"],
             tool_call_id=task["tool_call_id"],

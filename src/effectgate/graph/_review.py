@@ -25,12 +25,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import (
     CONFIG_KEY_CHECKPOINT_MAP,
     CONFIG_KEY_CHECKPOINTER,
+    CONFIG_KEY_RESUME_MAP,
     CONFIG_KEY_SCRATCHPAD,
     CONFIG_KEY_TASK_ID,
     INTERRUPT,
     NULL_TASK_ID,
 )
 from langgraph.graph import END
+from langgraph.pregel._task_status import read_task_statuses
 from langgraph.types import Command, Send, interrupt
 
 from effectgate import _failpoints
@@ -40,6 +42,7 @@ from effectgate._intent import default_operation_id
 from effectgate.answers import (
     RESOLVED,
     bind_shown_flags,
+    check_resume_ids,
     decision_allowed,
     flag_text,
     flags_of,
@@ -83,6 +86,7 @@ __all__ = [
     "make_review_node",
     "parse_decisions",
     "prepare_calls",
+    "refuse_unknown_resume",
 ]
 
 _REFUSED = frozenset({OpState.REJECTED})
@@ -735,6 +739,45 @@ def goto_end_asked(config: RunnableConfig) -> bool:
     )
 
 
+def refuse_unknown_resume(config: RunnableConfig) -> None:
+    """Refuse a resume map that names no interrupt of this thread (``answers.check_resume_ids``).
+
+    A LangGraph client (``langgraph_sdk`` against ``langgraph dev``, Studio)
+    answers with ``Command(resume={interrupt_id: answer})``. LangGraph keeps
+    the map in the run's config (``CONFIG_KEY_RESUME_MAP``), not as a write,
+    hands each task the value under its own id, and ignores the other keys:
+    a wrong id reached nothing, the node ran again and asked the same
+    question, and the run ended as if answered. Every node that calls
+    ``interrupt()`` calls this first, before anything is written, so the run
+    fails with the refusal, nothing is applied (LangGraph saves the error,
+    not the answer) and the interrupt waits under the same id.
+
+    Only the run that resumes this task is checked: the map stays in the
+    config for the whole run, and a later step's node has no interrupt of its
+    own recorded on its checkpoint yet. The ids the map may name are the
+    interrupts recorded on the checkpoint it resumes (``_resume_writes``),
+    answered ones included, as LangGraph re-runs those on a replay.
+
+    Args:
+        config: the node's run config.
+
+    Raises:
+        UnknownInterruptError: the map is empty or names an id that is not
+            an interrupt of this thread's checkpoint; nothing was applied.
+    """
+    conf = config.get("configurable", {})
+    named = conf.get(CONFIG_KEY_RESUME_MAP)
+    task_id = conf.get(CONFIG_KEY_TASK_ID)
+    if named is None or task_id is None:
+        return
+    statuses = read_task_statuses(_resume_writes(config))
+    if task_id not in statuses or not statuses[task_id].interrupts:
+        return  # this task is not the one resumed (a later step of the same run)
+    known = {i.id for status in statuses.values() for i in status.interrupts}
+    pending = {i.id: i.value for status in statuses.values() for i in status.pending_interrupts}
+    check_resume_ids(list(named), known=known, pending=pending)
+
+
 def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:
     """The review request this run of the node was shown under, read from its checkpoint.
 
@@ -779,6 +822,7 @@ def make_review_node(
     """
 
     def review(state: AgentState, config: RunnableConfig) -> Command[Any]:
+        refuse_unknown_resume(config)
         thread_id = str(config["configurable"]["thread_id"])
         calls = pending_calls(state["messages"])
         # Reads and malformed calls were answered before the review; a call
