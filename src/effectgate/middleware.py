@@ -325,7 +325,7 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         tasks: Mapping[str, EffectTask] = (request.state or {}).get(TASKS_KEY) or {}
         task = tasks.get(str(call.get("id")))
         if name in self.effects and task is not None:
-            out: dict[str, Any] = self._parts.effect[name](task)
+            out: dict[str, Any] = self._parts.effect[name](task, request.runtime.config)
             message: ToolMessage = out["messages"][0]
             return message
         one = AIMessage(content="", tool_calls=[call])
