@@ -2,46 +2,20 @@
 
 ``NEEDS_RECONCILIATION -> SUCCEEDED | FAILED | RETRY_WAIT`` happens only here,
 from a person's verdict with evidence: in the graph (a reconciliation
-interrupt's answer) or outside it (``effectgate reconcile``).
+interrupt's answer) or outside it (``effectgate reconcile``). What a
+verdict may say (``Verdict``, ``validate_verdict``) is an answer rule and
+lives in ``effectgate.answers``; this module only applies one to the ledger.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, TypedDict
 
+from effectgate.answers import Verdict, validate_verdict
 from effectgate.errors import DecisionError
 from effectgate.ledger import Ledger, Operation, OpState, Receipt
 
-__all__ = ["Verdict", "apply_verdict", "validate_verdict"]
-
-
-class Verdict(TypedDict, total=False):
-    """A human's verdict on a NEEDS_RECONCILIATION operation (resume value).
-
-    ``verdict`` is required. ``attempt`` binds the verdict to the attempt it
-    was asked about, so a stored answer is never applied to a later question.
-    """
-
-    verdict: Literal["succeeded", "failed", "retry", "ledger"]
-    attempt: int
-    reference: str
-    """For ``succeeded``: the external reference the human checked (ticket id...)."""
-    evidence: str
-    acknowledge_duplicate_risk: bool
-    """Required ``True`` for ``retry``: a repeat may duplicate the effect."""
-    reviewer: str
-
-
-def validate_verdict(value: Any) -> Verdict:
-    """Check a reconciliation verdict; see ``effectgate.answers.validate_verdict``.
-
-    Raises:
-        DecisionError: the verdict does not pass ``effectgate.answers.VerdictModel``.
-    """
-    from effectgate.answers import validate_verdict as validate
-
-    return validate(value)
+__all__ = ["apply_verdict"]
 
 
 def apply_verdict(

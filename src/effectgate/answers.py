@@ -33,7 +33,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -45,7 +45,6 @@ from pydantic import (
     model_validator,
 )
 
-from effectgate._verdicts import Verdict
 from effectgate.errors import (
     DecisionError,
     FollowUpError,
@@ -65,6 +64,7 @@ __all__ = [
     "PendingLike",
     "REVIEW_FLAGS",
     "Resolution",
+    "Verdict",
     "VerdictModel",
     "answer_summary",
     "as_payload",
@@ -100,6 +100,23 @@ _STARTED = frozenset(
     {OpState.IN_FLIGHT, OpState.UNKNOWN, OpState.NEEDS_RECONCILIATION, OpState.SUCCEEDED}
 )
 """States in which the effect may have happened: a reject can no longer stop it."""
+
+
+class Verdict(TypedDict, total=False):
+    """A human's verdict on a NEEDS_RECONCILIATION operation (resume value).
+
+    ``verdict`` is required. ``attempt`` binds the verdict to the attempt it
+    was asked about, so a stored answer is never applied to a later question.
+    """
+
+    verdict: Literal["succeeded", "failed", "retry", "ledger"]
+    attempt: int
+    reference: str
+    """For ``succeeded``: the external reference the human checked (ticket id...)."""
+    evidence: str
+    acknowledge_duplicate_risk: bool
+    """Required ``True`` for ``retry``: a repeat may duplicate the effect."""
+    reviewer: str
 
 
 class VerdictModel(BaseModel):

@@ -36,8 +36,8 @@ from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._failpoints import Failpoint
 from effectgate._process import owner_is_gone
-from effectgate._verdicts import Verdict, apply_verdict, validate_verdict
-from effectgate.answers import settle_verdict
+from effectgate._verdicts import apply_verdict
+from effectgate.answers import Verdict, settle_verdict, validate_verdict
 from effectgate.errors import (
     ClaimLostError,
     DecisionError,
