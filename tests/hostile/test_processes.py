@@ -203,3 +203,48 @@ def test_run_shell_dies_with_the_process_that_dispatched_it(tmp_path: Path, how:
     assert shown.returncode == 0, shown.stderr
     (op,) = json.loads(shown.stdout)["operations"]
     assert op["tool"] == "run_shell" and op["state"] in ("IN_FLIGHT", "UNKNOWN"), op
+
+
+_KILLED_AFTER_POPEN = """
+import os, signal, subprocess, sys
+from pathlib import Path
+from effectgate.tools.builtin import shell
+
+real, calls = subprocess.Popen, []
+def popen_then_die(*args, **kwargs):
+    proc = real(*args, **kwargs)
+    calls.append(proc)
+    if len(calls) == 2:  # the command's shell (the first is the watchdog)
+        Path(sys.argv[2]).write_text(str(proc.pid))
+        os.kill(os.getpid(), signal.SIGKILL)  # before run_shell can name its group
+    return proc
+shell.subprocess.Popen = popen_then_die
+shell._Shell(Path(sys.argv[1]), 30.0).run(
+    shell.RunShellArgs(command="sleep 0.5; echo ran > ran"), None)
+"""
+
+
+def test_run_shell_killed_right_after_popen_runs_nothing(tmp_path: Path) -> None:
+    """``kill -9`` between ``Popen`` and the watchdog learning the group: nothing runs.
+
+    Before, the command started at once in a session of its own; a worker
+    killed in that gap (8 of 67 trials of a tight kill loop) left it running
+    with nothing to kill it, and ``ran`` appeared. Now the command's shell
+    waits at a gate that opens only after the watchdog knows its group.
+    """
+    pid_file = tmp_path / "pid"
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_POPEN, str(tmp_path), str(pid_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pid = int(pid_file.read_text())
+    time.sleep(2.0)  # well past the moment the command would have written ``ran``
+    try:
+        assert not (tmp_path / "ran").exists(), "the command ran after its worker died"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)

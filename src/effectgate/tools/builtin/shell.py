@@ -132,6 +132,17 @@ it and is not reached). It is a ``/bin/sh`` of its own session, so a terminal's
 Ctrl-C to the worker's group does not end it first."""
 
 
+_GATE = 'IFS= read -r go; exec </dev/null; [ "$go" = go ] || exit 125; exec /bin/sh -c "$1"'
+"""The command's own shell waits at this gate until the watchdog knows its group.
+
+Started as ``/bin/sh -c _GATE run_shell COMMAND`` with the read end of a pipe
+as its stdin (the command itself then gets ``/dev/null``). This process writes ``go`` only after :meth:`_Watchdog.guard`
+has named the command's process group; a worker killed between the two (after
+``Popen`` returned, before ``guard``) closes the write end, the gate reads
+end-of-file and exits 125 without running anything. So there is no moment at
+which the command runs and nothing would kill it with its worker."""
+
+
 class _Watchdog:
     """A ``/bin/sh`` that kills a command's process group if this process dies first."""
 
@@ -182,7 +193,7 @@ class _Shell:
 
     def run(self, args: RunShellArgs, ctx: ToolContext) -> ToolResult:
         # Started before the command, so that a worker killed at any moment
-        # after the command exists takes it along (the gap is one os.write).
+        # after the command exists takes it along (the command waits for it: _GATE).
         try:
             watchdog = _Watchdog()
         except OSError as exc:
@@ -193,21 +204,31 @@ class _Shell:
             watchdog.release()
 
     def _run(self, args: RunShellArgs, watchdog: _Watchdog) -> ToolResult:
+        gate, go = os.pipe()
         try:
-            proc = subprocess.Popen(
-                args.command,
-                shell=True,
-                cwd=self.workspace,
-                env=child_environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as exc:
-            # Raised before the shell existed: nothing ran.
-            raise Rejected(f"run_shell: could not start /bin/sh: {exc}") from exc
-        watchdog.guard(proc.pid)  # its own session: the group id is its pid
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", _GATE, "run_shell", args.command],
+                    cwd=self.workspace,
+                    env=child_environment(),
+                    stdin=gate,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except (OSError, ValueError) as exc:
+                # Raised before the shell existed: nothing ran.
+                raise Rejected(f"run_shell: could not start /bin/sh: {exc}") from exc
+            finally:
+                os.close(gate)
+            try:
+                watchdog.guard(proc.pid)  # its own session: the group id is its pid
+                os.write(go, b"go\n")  # only now may the command start
+            except BaseException:
+                _kill_group(proc)
+                raise
+        finally:
+            os.close(go)
         assert proc.stdout is not None and proc.stderr is not None
         # Output past the cap is read and thrown away as it comes, so `yes`
         # costs a CPU for its timeout, never memory.
