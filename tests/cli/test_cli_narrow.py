@@ -119,3 +119,61 @@ def test_report_tables_keep_every_column_on_80_columns(finished_demo: tuple[Path
         assert any(op in line for line in lines), (op, out)
     assert out.count("SUCCEEDED") >= len(ops), out
     assert "send_email" in out and "create_ticket" in out, out
+
+
+LONG_THREAD = "incident-2026-12-05-" + "orders-error-rate-" * 4 + "x" * 10
+"""A thread id longer than an 80-column line (102 characters; its operation ids are longer)."""
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**cli_env(), "COLUMNS": "80"}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=60,
+                          stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+
+
+def _whole(ids: list[str], out: str) -> None:
+    lines = out.splitlines()
+    for one in ids:
+        assert any(one in line for line in lines), (one, out)
+
+
+def test_ids_longer_than_the_line_are_never_broken(tmp_path: Path) -> None:
+    """A 102-character thread id on 80 columns, piped and on a terminal: every id on one line.
+
+    Before, the block views of ``run``/``resume``, the lines of ``pending``,
+    the status line and ``ledger show`` broke such ids over two lines (and
+    ``ledger show`` piped squeezed its events table to empty columns), so they
+    could be neither copied nor ``grep``-ed.
+    """
+    import json
+
+    model = tmp_path / "model.json"
+    call = {"name": "write_file", "args": {"path": "a.txt", "content": "x"}}
+    model.write_text(json.dumps({"name": "p", "final": "done", "turns": [{"tool_calls": [call]}]}))
+    state = str(tmp_path / "state")
+    sd = ("--state-dir", state)
+    ran = _run("run", "write it", "--thread", LONG_THREAD, "--model", f"scripted:{model}", *sd)
+    assert ran.returncode == 4, ran.stderr
+    assert f"thread {LONG_THREAD}: waiting for review (exit code 4)" in ran.stdout.splitlines()
+    waiting = _run("pending", *sd)
+    assert waiting.returncode == 0, waiting.stderr
+    op_id = f"{LONG_THREAD}:"
+    (line,) = [ln for ln in waiting.stdout.splitlines() if ln.startswith("review thread")]
+    assert line.startswith(f"review thread {LONG_THREAD}: write_file ({LONG_THREAD}:call_"), line
+    resumed = _run("resume", "--thread", LONG_THREAD, "--approve", "all", *sd)
+    assert resumed.returncode == 0, resumed.stderr
+    with SqliteLedger(Path(state) / "ledger.sqlite3") as ledger:
+        (op,) = ledger.list()
+    assert op.operation_id.startswith(op_id) and len(op.operation_id) > 120
+    _whole([op.operation_id, f"thread {LONG_THREAD}: done (exit code 0)"], resumed.stdout)
+    assert (tmp_path / "state" / "workspace" / "a.txt").read_text() == "x"
+    shown = _run("ledger", "show", op.operation_id, *sd)
+    assert shown.returncode == 0, shown.stderr
+    ids = [op.operation_id, op.thread_id, op.intent_hash]
+    _whole(ids, shown.stdout)
+    assert "SUCCEEDED" in shown.stdout and "PROPOSED -> APPROVED" in shown.stdout, shown.stdout
+    script = (
+        "import sys; from effectgate.cli import main; "
+        f"main(['ledger', 'show', {op.operation_id!r}, '--state-dir', {state!r}])"
+    )
+    _whole(ids, _in_a_terminal(script))

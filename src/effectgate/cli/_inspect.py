@@ -30,9 +30,10 @@ from effectgate.cli._render import (
     jsonable,
     metrics_table,
     operation_json,
-    operation_panel,
     operations_table,
+    print_line,
     print_listing,
+    print_operation,
     print_table,
     terminal_safe,
     thread_json,
@@ -310,20 +311,21 @@ def _print_compacted(output: Output, actions: list[dict[str, Any]]) -> None:
         for key in ("compacted_operation", "possible_duplicate_compacted"):
             flag = action.get(key)
             if isinstance(flag, dict):
-                output.out.print(f"  [bold yellow]{escape(str(flag.get('message')))}[/]")
+                print_line(output.out, f"  [bold yellow]{escape(str(flag.get('message')))}[/]")
 
 
 def _print_pending(
     output: Output, waiting: list[dict[str, Any]], ops: list[Operation], state_dir: Path
 ) -> None:
     if not waiting and not ops:
-        output.out.print("nothing is waiting for review or reconciliation")
+        print_line(output.out, "nothing is waiting for review or reconciliation")
         return
     for entry in waiting:
         if entry.get("unanswerable"):
-            output.out.print(
+            print_line(
+                output.out,
                 f"[yellow]waiting[/] thread {escape(entry['thread_id'])}: "
-                f"{escape(entry['unanswerable'])}"
+                f"{escape(entry['unanswerable'])}",
             )
         for item in entry["interrupts"]:
             value = item["value"]
@@ -331,29 +333,34 @@ def _print_pending(
                 calls = ", ".join(
                     f"{a['name']} ({a['operation_id']})" for a in value.get("action_requests", [])
                 )
-                output.out.print(
-                    f"[yellow]review[/] thread {escape(entry['thread_id'])}: {escape(calls)}"
+                print_line(
+                    output.out,
+                    f"[yellow]review[/] thread {escape(entry['thread_id'])}: {escape(calls)}",
                 )
                 _print_compacted(output, value.get("action_requests", []))
             elif item["kind"] == "question":
                 from effectgate.answers import question_text
 
                 asked = terminal_safe(question_text(value.get("question")))
-                output.out.print(
+                print_line(
+                    output.out,
                     f"[yellow]question[/] thread {escape(entry['thread_id'])}: a tool asks: "
                     f"{escape(asked)} (answer: --decisions FILE with "
-                    f'{{"answers": {{"{escape(item["id"])}": ...}}}})'
+                    f'{{"answers": {{"{escape(item["id"])}": ...}}}})',
                 )
             else:
                 what = (
                     f"{value.get('tool')} ({value.get('operation_id')}), "
                     f"attempt {value.get('attempt')}"
                 )
-                output.out.print(
-                    f"[red]reconciliation[/] thread {escape(entry['thread_id'])}: {escape(what)}"
+                print_line(
+                    output.out,
+                    f"[red]reconciliation[/] thread {escape(entry['thread_id'])}: {escape(what)}",
                 )
             if item["error"]:
-                output.out.print(f"  [bold red]previous answer refused:[/] {escape(item['error'])}")
+                print_line(
+                    output.out, f"  [bold red]previous answer refused:[/] {escape(item['error'])}"
+                )
     if ops:
         print_table(output.out, operations_table(ops, title="operations with an unknown outcome"))
         for thread in sorted({op.thread_id for op in ops if op.state.value != _VERDICT}):
@@ -442,7 +449,7 @@ def ledger_show(state_dir: Path, output: Output, *, operation_id: str) -> int:
             }
         )
     else:
-        output.out.print(operation_panel(op, events))
+        print_operation(output.out, op, events)
     return 0
 
 

@@ -63,7 +63,7 @@ class Output:
     def note(self, text: str) -> None:
         """Tell the person something the CLI decided on their behalf (kept for ``--json``)."""
         self.notes.append(text)
-        self.err.print(f"[yellow]note:[/] {escape(text)}")
+        self.err.print(f"[yellow]note:[/] {escape(text)}", soft_wrap=True)
 
     def last(self, markup: str) -> None:
         """Keep a stdout line (rich markup) for the end of the command, in order.
@@ -79,7 +79,7 @@ class Output:
         """Print the lines kept by ``last`` on stdout, once."""
         lines, self.tail[:] = list(self.tail), []
         for line in lines:
-            self.out.print(line)
+            self.out.print(line, soft_wrap=True)  # a status line names a thread id: keep it whole
 
     def progress(self, text: str) -> None:
         """Print one progress line on stderr."""

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.segment import Segment
@@ -38,7 +38,8 @@ __all__ = [
     "metrics_table",
     "not_taken_effect",
     "operation_json",
-    "operation_panel",
+    "print_line",
+    "print_operation",
     "operations_table",
     "print_table",
     "print_listing",
@@ -499,17 +500,38 @@ def print_table(console: Console, table: Table) -> None:
     adds the tab-separated form for pipes.
     """
     if _fits(console, table):
+        # The title goes first as a line of its own: rich would wrap it to the
+        # table's width, breaking a thread id in ``ledger: thread T``.
+        title, table.title = table.title, None
+        if title:
+            print_line(console, Text(str(title), style="italic"))
         console.print(table)
         return
     cells = [list(column.cells) for column in table.columns]
     headers = [str(column.header) for column in table.columns]
     pad = max(len(h) for h in headers)
-    console.print(Text(str(table.title or ""), style="italic"))
+    print_line(console, Text(str(table.title or ""), style="italic"))
     for n, row in enumerate(zip(*cells, strict=True), 1):
         console.print(Text(f"-[ {n} ]-", style="dim"))
         for header, cell in zip(headers, row, strict=True):
             value = cell if isinstance(cell, Text) else Text(str(cell))
-            console.print(Text.assemble((header.ljust(pad), "bold"), "  ", value))
+            print_line(console, Text.assemble((header.ljust(pad), "bold"), "  ", value))
+
+
+def print_line(console: Console, line: str | Text) -> None:
+    """Print one line that may carry an id, never broken by rich.
+
+    Rich wraps a long line at the console's width and folds a word longer
+    than it, so a 90-character thread id on 80 columns came out in two
+    pieces that no longer copy or ``grep`` as one. This prints the line whole
+    (``soft_wrap``): a terminal folds it visually and copies it as one line;
+    a pipe gets it on one line.
+
+    Args:
+        console: where to print.
+        line: rich markup (``str``) or a ``Text``.
+    """
+    console.print(line, soft_wrap=True)
 
 
 _OPERATION_COLUMNS = (
@@ -550,8 +572,14 @@ _EVENT_COLUMNS = (
 )
 
 
-def events_table(events: Iterable[Event]) -> Table:
-    """Render ledger events in order: seq, time, operation, transition, attempt, detail."""
+def events_table(events: Iterable[Event], *, with_operation: bool = True) -> Table:
+    """Render ledger events in order: seq, time, operation, transition, attempt, detail.
+
+    Args:
+        events: the events, in the order to show.
+        with_operation: keep the operation column; ``ledger show`` leaves it
+            out, since every event it lists is of the one operation it shows.
+    """
     rows = []
     for event in events:
         if event.src is None and event.dst is None:
@@ -559,17 +587,13 @@ def events_table(events: Iterable[Event]) -> Table:
         else:
             src = event.src.value if event.src is not None else "-"
             change = f"{src} -> {event.dst.value if event.dst is not None else '-'}"
-        rows.append(
-            (
-                str(event.seq),
-                event.at.strftime("%H:%M:%S.%f")[:-3],
-                _plain(event.operation_id),
-                change,
-                str(event.attempt),
-                _plain(_detail_text(event.detail)),
-            )
-        )
-    return _listing("events", _EVENT_COLUMNS, rows)
+        row: list[str | Text] = [str(event.seq), event.at.strftime("%H:%M:%S.%f")[:-3]]
+        if with_operation:
+            row.append(_plain(event.operation_id))
+        row += [change, str(event.attempt), _plain(_detail_text(event.detail))]
+        rows.append(row)
+    columns = [c for c in _EVENT_COLUMNS if with_operation or c[0] != "operation"]
+    return _listing("events", columns, rows)
 
 
 def metrics_table(metrics: LedgerMetrics) -> Table:
@@ -618,12 +642,22 @@ def threads_table(rows: Iterable[tuple[ThreadRecord, str | None]]) -> Table:
     return _listing("threads", _THREAD_COLUMNS, cells)
 
 
-def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
-    """Render one operation in full: identity, budget, receipt, and its event history."""
-    lines = Table.grid(padding=(0, 2))
-    lines.add_column(style="bold")
-    lines.add_column(overflow="fold")
+def print_operation(console: Console, op: Operation, events: Sequence[Event]) -> None:
+    """Print one operation in full (``ledger show``): identity, budget, receipt, its events.
+
+    One ``field  value`` line per field, each printed whole (``print_line``):
+    the operation id, thread id, intent hash and receipt never break across
+    lines, on a narrow terminal or in a pipe. The events follow as a table of
+    their own (``print_table``: blocks when too narrow), without the operation
+    column, since all are of this operation.
+
+    Args:
+        console: where to print.
+        op: the operation, as read from the ledger.
+        events: its events, oldest first.
+    """
     rows: list[tuple[str, str | Text]] = [
+        ("operation", op.operation_id),
         ("state", _state_text(op.state.value)),
         ("tool", f"{op.tool} (version {op.tool_version})"),
         ("thread", op.thread_id),
@@ -640,9 +674,11 @@ def operation_panel(op: Operation, events: Sequence[Event]) -> Panel:
         rows.append(("error", field_text(op.error)))
     if op.next_attempt_at is not None:
         rows.append(("next attempt at", op.next_attempt_at.isoformat()))
+    pad = max(len(key) for key, _ in rows)
     for key, value in rows:
-        lines.add_row(key, value if isinstance(value, Text) else _plain(value))
-    return Panel(Group(lines, events_table(events)), title=op.operation_id, title_align="left")
+        shown = value if isinstance(value, Text) else _plain(value)
+        print_line(console, Text.assemble((key.ljust(pad), "bold"), "  ", shown))
+    print_table(console, events_table(events, with_operation=False))
 
 
 def print_summary(
@@ -675,7 +711,7 @@ def print_summary(
     if failed:
         console.print(f"[bold red]{escape(failed)}[/]")
     for item in result.interrupts:
-        console.print(pending_text(item.kind, item.value))
+        print_line(console, pending_text(item.kind, item.value))
 
 
 def status_line(result: RunResult, exit_code: int) -> str:
