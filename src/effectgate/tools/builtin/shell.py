@@ -136,8 +136,9 @@ _GATE = 'IFS= read -r go; exec </dev/null; [ "$go" = go ] || exit 125; exec /bin
 """The command's own shell waits at this gate until the watchdog knows its group.
 
 Started as ``/bin/sh -c _GATE run_shell COMMAND`` with the read end of a pipe
-as its stdin (the command itself then gets ``/dev/null``). This process writes ``go`` only after :meth:`_Watchdog.guard`
-has named the command's process group; a worker killed between the two (after
+as its stdin (the command itself then gets ``/dev/null``). This process writes
+``go`` only after :meth:`_Watchdog.guard` has named the command's process
+group; a worker killed between the two (after
 ``Popen`` returned, before ``guard``) closes the write end, the gate reads
 end-of-file and exits 125 without running anything. So there is no moment at
 which the command runs and nothing would kill it with its worker."""
