@@ -30,10 +30,11 @@ these rules bind effectgate's own API and CLI. Imports no LangGraph.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, NoReturn, Protocol, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -72,6 +73,8 @@ __all__ = [
     "bind_shown_flags",
     "check_no_orphans",
     "check_resume_ids",
+    "check_unkeyed_resume",
+    "refuse_resume_of_idle",
     "check_review_answer",
     "close_for_follow_up",
     "decision_allowed",
@@ -308,6 +311,81 @@ def check_resume_ids(
             f"resume refused: interrupt {listed} {verb} not pending on this thread "
             f"(another thread's, already answered, or mistyped); nothing was applied. {waiting}"
         )
+
+
+_ID_SHAPE = re.compile(r"[0-9a-f]{32}")
+"""What LangGraph reads as an interrupt id in a resume map (``is_xxh3_128_hexdigest``)."""
+
+
+def refuse_resume_of_idle(resume: Any) -> NoReturn:
+    """Refuse a resume sent to a thread that waits on no interrupt and has nothing to run.
+
+    LangGraph runs no node for it (there is no task) and returns the state as
+    it was: a second client's late answer to a review answered elsewhere, or
+    an answer to a finished thread, was accepted without a word. The served
+    graph (``effectgate.server``) checks the thread's head before such a run;
+    ``Agent.resume`` words the same case as "already decided" or "nothing is
+    pending".
+
+    Args:
+        resume: the ``Command.resume`` value (a map by interrupt id, or a plain answer).
+
+    Raises:
+        UnknownInterruptError: always; one line, naming the ids the map gave.
+    """
+    if isinstance(resume, Mapping) and resume and all(_ID_SHAPE.fullmatch(str(k)) for k in resume):
+        check_resume_ids(list(resume), known=(), pending={})
+    raise UnknownInterruptError(
+        "resume refused: this thread waits on no interrupt (finished, or its review was "
+        "answered elsewhere); nothing was applied. " + describe_pending([])
+    )
+
+
+_ANSWER_FIELDS = {
+    "review": frozenset({"decisions", "reviewer", "shown", "shown_operations", "interrupt_id"}),
+    "reconciliation": frozenset(VerdictModel.model_fields),
+}
+"""The fields an answer to each of effectgate's own interrupts may have (docs/answers.md)."""
+
+
+def check_unkeyed_resume(value: Any, *, kind: str, pending: Mapping[str, Any]) -> None:
+    """Refuse a plain resume value that is really a resume map keyed by a non-id.
+
+    LangGraph reads ``Command(resume={key: value})`` as a map only when every
+    key is shaped like an interrupt id (32 hex digits); any other key makes the
+    whole dict the answer of the one pending interrupt. A client that keys its
+    answer by a mistyped or made-up id (``{"review-1": {"decisions": [...]}}``)
+    then handed the review a dict it never meant as the answer: the run went on
+    and asked again, and the client saw no error. The same refusal as an
+    unknown id (``check_resume_ids``) applies: a dict none of whose keys is a
+    field of this kind of answer, whose values are all answers (mappings or
+    strings), is such a map.
+
+    Args:
+        value: the plain (non-map) resume value waiting for the interrupt.
+        kind: the interrupt's ``type``: ``"review"`` or ``"reconciliation"``;
+            any other kind (a tool's own question) takes any value unchanged.
+        pending: interrupt id -> interrupt value, for the ones still waiting.
+
+    Raises:
+        UnknownInterruptError: ``value`` is such a map; one line naming its
+            keys and the pending interrupts. Nothing was applied.
+    """
+    fields = _ANSWER_FIELDS.get(kind)
+    if fields is None or not isinstance(value, Mapping) or not value:
+        return
+    if any(k in fields for k in value) or not all(
+        isinstance(v, (Mapping, str)) for v in value.values()
+    ):
+        return  # an answer (maybe a wrong one, which the node words and asks again)
+    waiting = describe_pending([_Raised(i, v) for i, v in pending.items()])
+    listed = ", ".join(repr(str(k)) for k in value)
+    verb = "is not an interrupt id" if len(value) == 1 else "are not interrupt ids"
+    raise UnknownInterruptError(
+        f"resume refused: {listed} {verb} (LangGraph read the map as the "
+        f"answer itself; answer with the interrupt's 32-hex-digit id); nothing was applied. "
+        f"{waiting}"
+    )
 
 
 REVIEW_FLAGS = (
@@ -752,8 +830,11 @@ def resolve(
         DecisionError: an unbound review answer (the message lists what is
             pending), a verdict for an operation nothing asks about, or an
             answer of the wrong shape. Nothing is resumed.
+        UnknownInterruptError: ``answers`` is an empty map (it names no interrupt).
     """
     by_id = {item.id: item for item in pending}
+    if answers is not None and not answers:  # an empty map answers nothing
+        check_resume_ids([], known=by_id, pending={i.id: i.value for i in pending})
     res = Resolution()
     # ``answers``, ``decisions`` and ``verdicts`` may name one interrupt twice:
     # the same answer is one answer, two different ones refuse the call.

@@ -50,14 +50,17 @@ import atexit
 import functools
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
+
+from effectgate.answers import refuse_resume_of_idle
 from effectgate.errors import ConfigError
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
-    from langgraph.graph.state import CompiledStateGraph
 
     from effectgate.demo.services import ServiceEndpoints
 
@@ -125,7 +128,39 @@ def _build() -> CompiledStateGraph[Any, Any, Any, Any]:
         checkpointer=None,
         system_prompt=DEFAULT_SYSTEM_PROMPT,
     )
-    return parts.graph
+    attrs = {k: v for k, v in parts.graph.__dict__.items() if k != "__orig_class__"}
+    return _ServedGraph(**attrs)  # as ``Pregel.copy`` builds one, of the served class
+
+
+class _ServedGraph(CompiledStateGraph):  # type: ignore[type-arg]
+    """The compiled graph, refusing a resume that would reach nothing.
+
+    A client's ``Command(resume=...)`` to a thread that waits on no interrupt
+    and has no task left (finished, or its review answered by another client)
+    runs no node in LangGraph, so no node can refuse it: the run returned the
+    state and succeeded. Every run of the LangGraph server goes through
+    ``astream`` (``astream_events`` and the v3 event stream call it), so the
+    head is read there first, once per resume, and such a resume ends the run
+    in error (``answers.refuse_resume_of_idle``) with nothing applied. Runs
+    with input, and resumes of a thread that waits or has work left, are not
+    touched.
+    """
+
+    async def astream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """``Pregel.astream``, after the check above.
+
+        Raises:
+            UnknownInterruptError: ``input`` is a resume and the thread's head
+                has no interrupt and no task; nothing was run.
+        """
+        if isinstance(input, Command) and input.resume is not None:
+            head = await self.aget_state(config or {})
+            if not head.next and not head.interrupts:
+                refuse_resume_of_idle(input.resume)
+        async for chunk in super().astream(input, config, **kwargs):
+            yield chunk
 
 
 def _endpoints(value: str | None, data_dir: Any) -> ServiceEndpoints | None:

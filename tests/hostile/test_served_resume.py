@@ -149,3 +149,106 @@ def test_the_graph_refuses_an_unknown_interrupt_id_at_a_reconciliation(
         assert done.status is RunStatus.DONE
         (op,) = agent.ledger.list(thread_id="t1")
         assert op.state is OpState.SUCCEEDED and world(state_dir).tickets == 1
+
+
+# A key that is not shaped like an id is no map to LangGraph: the whole dict
+# arrives as the plain answer. It used to be taken as a (malformed) answer:
+# the run went on, asked again and succeeded, and the client saw no error.
+
+
+def test_the_graph_refuses_a_resume_keyed_by_a_non_id_at_a_review(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    with make_agent(state_dir, services) as agent:
+        waiting = agent.start(TASK, thread_id="t1")
+        (review,) = waiting.interrupts
+        answer = decide(waiting, "approve")
+        message = _refused(agent, "t1", {"review-1": answer})
+        assert "'review-1'" in message and review.id in message and "\n" not in message
+        two = _refused(agent, "t1", {"a": answer, "b": "approve"})
+        assert "'a', 'b' are not interrupt ids" in two, two
+        assert (world(state_dir).tickets, agent.ledger.list()) == (0, [])
+        assert [i.id for i in agent.status("t1").interrupts] == [review.id]
+        assert "error" not in agent.status("t1").interrupts[0].value  # not asked again
+        # The answer under its own id still applies, once.
+        moved = agent.resume("t1", answers={review.id: answer})
+        assert world(state_dir).tickets == 1
+        assert review.id not in [i.id for i in moved.interrupts]
+        # A malformed answer (not a dict of answers) is still worded at the review.
+        config = {"configurable": {"thread_id": "t1"}}
+        if moved.interrupts:
+            agent.graph.invoke(Command(resume={"decisions": "all"}), config, durability="sync")
+            (again,) = agent.status("t1").interrupts
+            assert "a review answer must look like" in again.value["error"]
+
+
+def test_the_graph_refuses_a_resume_keyed_by_a_non_id_at_a_reconciliation(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    services.set_fault("tickets", "ambiguous-unqueryable", delay_s=8)
+    with make_agent(state_dir, services) as agent:
+        waiting = agent.start(TASK, thread_id="t1")
+        parked = agent.resume("t1", decisions=bound(agent, "t1", decide(waiting, "approve")))
+        assert parked.status is RunStatus.WAITING_RECONCILIATION
+        (asked,) = parked.interrupts
+        verdict = {"verdict": "succeeded", "reference": "TICKET-1", "evidence": "seen in the UI"}
+        message = _refused(agent, "t1", {"op-1": verdict})
+        assert "'op-1'" in message and asked.id in message
+        (op,) = agent.ledger.list(thread_id="t1")
+        assert (op.state, op.attempt) == (OpState.NEEDS_RECONCILIATION, 1)
+        done = agent.resume("t1", answers={asked.id: verdict})
+        assert done.status is RunStatus.DONE
+        assert world(state_dir).tickets == 1
+
+
+def test_the_library_refuses_an_empty_answers_map(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    with make_agent(state_dir, services) as agent:
+        waiting = agent.start(TASK, thread_id="t1")
+        (review,) = waiting.interrupts
+        with pytest.raises(UnknownInterruptError, match="names no interrupt") as refused:
+            agent.resume("t1", answers={})
+        assert review.id in str(refused.value)
+        assert (world(state_dir).tickets, agent.ledger.list()) == (0, [])
+        assert [i.id for i in agent.status("t1").interrupts] == [review.id]
+
+
+@pytest.mark.slow
+def test_a_resume_to_a_finished_thread_fails_the_run_and_applies_nothing(
+    server: Server, services: DemoServices, state_dir: StateDir
+) -> None:
+    client = get_sync_client(url=server.url)
+    thread_id = _start(client)
+    first = None
+    while pending := _interrupts(client, thread_id):
+        [item] = pending
+        first = first or item
+        n = len(item["value"]["action_requests"])
+        client.runs.wait(
+            thread_id,
+            "effectgate",
+            command={"resume": {item["id"]: {"decisions": [_answer("approve")] * n}}},
+        )
+    assert first is not None
+    before = _counts(services, state_dir), _ledger_rows(state_dir)
+    assert before[0][0] == 1
+    runs_before = len(client.runs.list(thread_id))
+
+    # A second client's late answer to the first review, and a plain answer.
+    for command in (
+        {"resume": {first["id"]: {"decisions": [_answer("approve")]}}},
+        {"resume": {"decisions": [_answer("approve")]}},
+    ):
+        out = client.runs.wait(thread_id, "effectgate", command=command, raise_error=False)
+        assert isinstance(out, dict) and "__error__" in out, out
+        message = str(out["__error__"].get("message"))
+        assert "resume refused" in message and "\n" not in message, message
+    assert len(client.runs.list(thread_id)) == runs_before + 2
+    assert [r["status"] for r in client.runs.list(thread_id)[:2]] == ["error", "error"]
+    assert (_counts(services, state_dir), _ledger_rows(state_dir)) == before
+    # A new message still starts a new turn on the thread.
+    client.runs.wait(
+        thread_id, "effectgate", input={"messages": [{"role": "user", "content": "thanks"}]}
+    )
+    assert client.runs.list(thread_id)[0]["status"] == "success"

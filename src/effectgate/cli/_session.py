@@ -264,7 +264,7 @@ def judge_leftover(
     _leftover(source, stale)
     if not stale.answers and stale.decisions is None:
         return None
-    result = agent.resume(thread_id, answers=stale.answers, decisions=stale.decisions)
+    result = agent.resume(thread_id, answers=stale.answers or None, decisions=stale.decisions)
     for line in result.already_decided:
         say(line)
     return result
@@ -324,7 +324,7 @@ def drive(
         answered.add(key)
         with stopper.running(agent):
             result = agent.resume(
-                result.thread_id, answers=answers.answers, decisions=answers.decisions
+                result.thread_id, answers=answers.answers or None, decisions=answers.decisions
             )
         for line in result.already_decided:
             say(line)

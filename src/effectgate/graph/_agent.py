@@ -548,7 +548,7 @@ class Agent:
                         self._stops[thread_id] = stop
                         return stop.result(thread_id, self.ledger.list(thread_id=thread_id))
                     return self._run(thread_id, Command(resume=res.resume))
-        if decisions is None and not verdicts and not answers:
+        if decisions is None and not verdicts and answers is None:
             recovered = self._continue_at_head(thread_id)
             if recovered is not None:
                 return recovered
@@ -558,7 +558,7 @@ class Agent:
             record = self.ledger.get_thread(thread_id)
             if record is None:
                 raise ConfigError(f"unknown thread {thread_id!r}")
-            if decisions is not None or verdicts or answers:
+            if decisions is not None or verdicts or answers is not None:
                 raise DecisionError(
                     f"thread {thread_id!r} has not reached a review yet: the answer was not applied"
                 )
@@ -571,7 +571,7 @@ class Agent:
         )
         settled = [self._judge_stale(thread_id, named, a, pending) for named, a in res.stale]
         settled += res.settled
-        given = decisions is not None or bool(verdicts) or bool(answers)
+        given = decisions is not None or bool(verdicts) or answers is not None
         result = self._go_on(thread_id, snapshot, res.resume, pending, given=given, settled=settled)
         if settled:
             result = replace(result, already_decided=[o.describe() for o in settled])

@@ -43,6 +43,7 @@ from effectgate.answers import (
     RESOLVED,
     bind_shown_flags,
     check_resume_ids,
+    check_unkeyed_resume,
     decision_allowed,
     flag_text,
     flags_of,
@@ -758,23 +759,39 @@ def refuse_unknown_resume(config: RunnableConfig) -> None:
     interrupts recorded on the checkpoint it resumes (``_resume_writes``),
     answered ones included, as LangGraph re-runs those on a replay.
 
+    A resume whose keys are not shaped like ids is no map to LangGraph: the
+    whole dict arrives as the plain answer (the scratchpad's null resume). At
+    effectgate's own review or reconciliation such a dict of answers is
+    refused the same way (``answers.check_unkeyed_resume``); a tool's own
+    question takes any value.
+
     Args:
         config: the node's run config.
 
     Raises:
         UnknownInterruptError: the map is empty or names an id that is not
-            an interrupt of this thread's checkpoint; nothing was applied.
+            an interrupt of this thread's checkpoint, or a plain answer is a
+            dict of answers keyed by non-ids; nothing was applied.
     """
     conf = config.get("configurable", {})
     named = conf.get(CONFIG_KEY_RESUME_MAP)
     task_id = conf.get(CONFIG_KEY_TASK_ID)
-    if named is None or task_id is None:
+    pad = conf.get(CONFIG_KEY_SCRATCHPAD)
+    if task_id is None or (named is None and pad is None):
         return
     statuses = read_task_statuses(_resume_writes(config))
     if task_id not in statuses or not statuses[task_id].interrupts:
         return  # this task is not the one resumed (a later step of the same run)
-    known = {i.id for status in statuses.values() for i in status.interrupts}
     pending = {i.id: i.value for status in statuses.values() for i in status.pending_interrupts}
+    if named is None:
+        # A plain resume value: a dict keyed by a non-id is a mistyped map.
+        if pad is None:
+            return
+        mine = statuses[task_id].pending_interrupts
+        kind = mine[-1].value.get("type") if mine and isinstance(mine[-1].value, Mapping) else None
+        check_unkeyed_resume(pad.get_null_resume(False), kind=str(kind), pending=pending)
+        return
+    known = {i.id for status in statuses.values() for i in status.interrupts}
     check_resume_ids(list(named), known=known, pending=pending)
 
 
