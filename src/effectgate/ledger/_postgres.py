@@ -122,11 +122,14 @@ __all__ = [
     "without_password",
 ]
 
-# psycopg_pool warns of every failed reconnection; the store retries and says
-# what matters in one error. With no logging configured, Python's last-resort
-# handler would print each warning on stderr: a NullHandler keeps them for
-# whoever configures logging (they still propagate) and off a bare stderr.
-logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+# psycopg_pool warns of every failed reconnection, and psycopg of every error
+# it ignores while closing a pipeline on a lost connection ("error ignored
+# terminating <psycopg.Pipeline [BAD]>"); the store retries and says what
+# matters in one error. With no logging configured, Python's last-resort
+# handler would print each warning on stderr: a NullHandler on the "psycopg"
+# logger (the parent of "psycopg.pool") keeps them for whoever configures
+# logging (they still propagate) and off a bare stderr.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 _OP_COLUMNS = ", ".join(codec.OPERATION_COLUMNS)
 _OP_PARAMS = ", ".join(["%s"] * len(codec.OPERATION_COLUMNS))
