@@ -612,7 +612,7 @@ def _refuses(
                 state_dir,
                 record.thread_id,
                 f"it runs with {demo_tools} and none runs for this worker "
-                "(no services/endpoints.json)",
+                "(no services/endpoints.json that names answering ones)",
                 "a worker",
             )
         return None
@@ -620,11 +620,22 @@ def _refuses(
     return why
 
 
-def _service_endpoints(path: Path) -> ServiceEndpoints | None:
+def _service_endpoints(path: Path, *, probe: bool = True) -> ServiceEndpoints | None:
     """The demo services' addresses from ``path`` (``effectgate services`` writes it), or ``None``.
 
+    Args:
+        path: the state directory's ``services/endpoints.json``.
+        probe: ask the servers whether they answer (``demo.services.answering``).
+            A file naming servers that do not (an ``effectgate services`` that
+            was killed, or stopped on another machine) is treated as absent,
+            with one note on stderr: the worker then leaves the demo threads
+            with the line that names who takes them, rather than run their
+            calls against ports nothing listens on. A pool's parent checks
+            the file without probing; each worker process probes for itself.
+
     Returns:
-        ``None`` when there is no such file (no services started here).
+        ``None`` when there is no such file (no services started here), or
+        when ``probe`` found its servers not answering.
 
     Raises:
         ConfigError: the file exists but is not a regular file, not UTF-8
@@ -632,7 +643,7 @@ def _service_endpoints(path: Path) -> ServiceEndpoints | None:
             worker would otherwise send the tools' requests nowhere, or crash.
     """
     from effectgate._untrusted import parse_json, read_regular_file
-    from effectgate.demo.services import ServiceEndpoints
+    from effectgate.demo.services import ServiceEndpoints, answering
 
     if not os.path.lexists(path):
         return None
@@ -655,7 +666,17 @@ def _service_endpoints(path: Path) -> ServiceEndpoints | None:
             f"{path}: not the demo services' addresses (an object with "
             f"{', '.join(fields)}); run 'effectgate services' again or remove it"
         )
-    return ServiceEndpoints(**data)
+    endpoints = ServiceEndpoints(**data)
+    if probe and not answering(endpoints):
+        print(
+            f"effectgate worker: {path} names demo services that do not answer "
+            f"({endpoints.ticket_url}, {endpoints.mail_url}): taken as absent, their threads "
+            "are left; run 'effectgate services' for this state directory",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return endpoints
 
 
 def worker_main(
@@ -694,7 +715,8 @@ def worker_main(
 
     sd: StateDir = StateDir.open(state_dir, store=store)
     recipe = load_recipe(agent_spec, sd) if agent_spec is not None else None
-    endpoints = _service_endpoints(sd.services / "endpoints.json")  # refused once, before forking
+    # A damaged file is refused once, before forking; each worker probes for itself.
+    endpoints = _service_endpoints(sd.services / "endpoints.json", probe=processes == 1)
     if processes > 1:
         argv = ["worker", "--state-dir", str(sd.root), "--processes", "1", "--model", model]
         argv += ["--lease-ttl", str(lease_ttl_s)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ def test_a_worker_without_the_demo_services_names_resume_which_finishes_the_thre
     plain = _lines(eg("worker", "--approve", "all", "--until-idle", "--json", *sd))
     why = (
         "it runs with the demo ticket and mail services and none runs for this worker "
-        "(no services/endpoints.json)"
+        "(no services/endpoints.json that names answering ones)"
     )
     assert plain[:-1] == [{"thread_id": "d1", "skipped": _skip(state, "d1", why, "a worker")}]
     assert plain[-1]["runs"] == 0
@@ -115,3 +116,62 @@ def test_a_worker_while_effectgate_services_runs_takes_the_demo_thread(tmp_path:
         finish(services)
     _one_of_each(state)
     assert _status(state, "d2") == "done"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_stale_endpoints_file_is_taken_as_absent_and_nothing_is_sent(tmp_path: Path) -> None:
+    """``endpoints.json`` left by services that are gone: the worker leaves the thread, says why.
+
+    An ``effectgate services`` killed with ``kill -9`` (or stopped on another
+    machine) leaves its file naming ports nothing listens on. Before, the
+    worker trusted it and ran the thread's approved calls against them. Now
+    it probes the servers, notes on stderr that they do not answer, and
+    leaves the thread with the usual line; once ``effectgate services`` runs
+    again (it writes over the stale file), a worker takes the thread to
+    one ticket and one mail.
+    """
+    state = tmp_path / "state"
+    _stopped_at_review(state, "d3")
+    sd = ["--state-dir", str(state)]
+    endpoints = state / "services" / "endpoints.json"
+    stale = {
+        "ticket_url": f"http://127.0.0.1:{_closed_port()}",
+        "smtp_host": "127.0.0.1",
+        "smtp_port": _closed_port(),
+        "mail_url": f"http://127.0.0.1:{_closed_port()}",
+    }
+    endpoints.write_text(json.dumps(stale))
+
+    ran = eg("worker", "--approve", "all", "--until-idle", "--json", *sd)
+    lines = _lines(ran)
+    why = (
+        "it runs with the demo ticket and mail services and none runs for this worker "
+        "(no services/endpoints.json that names answering ones)"
+    )
+    assert lines[:-1] == [{"thread_id": "d3", "skipped": _skip(state, "d3", why, "a worker")}]
+    assert lines[-1]["runs"] == 0
+    notes = [line for line in ran.stderr.splitlines() if "do not answer" in line]
+    assert len(notes) == 1 and str(endpoints) in notes[0] and stale["ticket_url"] in notes[0]
+    assert "Traceback" not in ran.stderr
+    assert world(state)["tickets"] == [] and world(state)["mails"] == []
+    assert _status(state, "d3") == "waiting_review"
+    # A pool probes in each worker process; each leaves the thread the same way.
+    pool = _lines(eg("worker", "--processes", "2", "--until-idle", "--json", *sd))
+    skips = [line for line in pool if "skipped" in line]
+    assert skips and all(line == lines[0] for line in skips), pool
+    assert world(state)["tickets"] == []
+
+    services = start("services", *sd)
+    try:
+        wait_for(lambda: json.loads(endpoints.read_text()) != stale, services, "a fresh file")
+        done = _lines(eg("worker", "--approve", "all", "--until-idle", "--json", *sd))
+        assert done[:-1] == [{"thread_id": "d3", "was": "review", "status": "done"}]
+    finally:
+        services.send_signal(signal.SIGINT)
+        finish(services)
+    _one_of_each(state)

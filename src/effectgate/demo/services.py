@@ -370,7 +370,7 @@ class DemoServices:
         )
         path = self.data_dir / ENDPOINTS_FILE
         found = _read_endpoints(path)
-        if found is None or found == previous or not _answering(found):
+        if found is None or found == previous or not answering(found):
             write_ready_file(path, dataclasses.asdict(self._endpoints))
         return self._endpoints
 
@@ -402,8 +402,22 @@ def _read_endpoints(path: Path) -> ServiceEndpoints | None:
         return None
 
 
-def _answering(endpoints: ServiceEndpoints, timeout_s: float = 0.5) -> bool:
-    """Whether both HTTP servers the endpoints name answer at all (any status)."""
+def answering(endpoints: ServiceEndpoints, timeout_s: float = 0.5) -> bool:
+    """Whether both HTTP servers ``endpoints`` names answer at all (any status).
+
+    The one probe of a published ``endpoints.json``: ``DemoServices`` asks it
+    before writing over another instance's file, and ``effectgate worker``
+    before trusting the file (an ``effectgate services`` killed with ``kill
+    -9`` leaves it behind, naming ports nothing listens on).
+
+    Args:
+        endpoints: the addresses to probe (``ticket_url`` and ``mail_url``).
+        timeout_s: seconds each ``GET /`` may take (connect and read).
+
+    Returns:
+        True when both answered with any HTTP status; False when either
+        refused, timed out or broke the exchange (no exception escapes).
+    """
     for url in (endpoints.ticket_url, endpoints.mail_url):
         try:
             httpx.get(url + "/", timeout=timeout_s)
