@@ -237,6 +237,12 @@ def _take(
     except (LedgerCorruptError, CheckpointCorruptError) as exc:
         _say_once(say, noted, _unreadable(thread_id, exc))
         return "still"
+    except KeyboardInterrupt as exc:  # a second signal: the command's error names the thread
+        from effectgate.cli._signals import RunAborted
+
+        if isinstance(exc, RunAborted):
+            raise
+        raise RunAborted(thread_id) from exc
     finally:
         for note in notes:
             _say_once(say, noted, {"thread_id": thread_id, "left_for_review": note})

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from effectgate._app import StateDir, open_agent
 from effectgate._workers import READY_LINE, submit
+from effectgate.demo.services import DemoServices
+from effectgate.ledger import OpState
 from tests.cli.conftest import eg, start, wait_for, write_script
 from tests.recovery._kit import Lines
 
@@ -76,3 +79,56 @@ def test_a_second_sigterm_aborts_a_worker_inside_a_slow_call(
     assert op["tool"] == "run_shell"
     assert op["state"] in ("IN_FLIGHT", "UNKNOWN"), op
     assert op["result"] is None and op["reference"] is None, op
+
+
+def _in_flight(state_dir: StateDir) -> list[str]:
+    ledger = state_dir.open_ledger()
+    try:
+        return [op.tool for op in ledger.list(states=[OpState.IN_FLIGHT])]
+    finally:
+        ledger.close()
+
+
+def test_an_aborted_worker_names_the_thread_and_the_cut_off_call_and_resume_settles_it(
+    state_dir: StateDir, services: DemoServices
+) -> None:
+    """Abort inside a slow create_ticket: the error names thread and call; resume: one ticket.
+
+    Before, the JSON error said ``"thread_id": null`` and only "aborted by a
+    second SIGTERM": nothing said which thread to resume nor that a call had
+    been cut off with its outcome unknown.
+    """
+    root = str(state_dir.root)
+    demo = eg("demo", "--state-dir", root, "--thread", "d1", "--json")
+    assert demo.code == 4, demo.stderr[-2000:]
+    services.set_fault("tickets", "slow", delay_s=6)
+    worker = start("worker", "--state-dir", root, "--approve", "all", "--json")
+    assert worker.stdout is not None and worker.stderr is not None
+    out, err = Lines(worker.stdout), Lines(worker.stderr)
+    try:
+        wait_for(lambda: _in_flight(state_dir) == ["create_ticket"], worker, "the ticket call")
+        worker.send_signal(signal.SIGTERM)
+        wait_for(lambda: err.has("SIGTERM: stopping"), worker, "the first SIGTERM was handled")
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 5, err.text()
+    assert "Traceback" not in err.text()
+    last = json.loads(out.text().splitlines()[-1])
+    assert last["thread_id"] == "d1", last
+    assert "in the middle of thread d1's call create_ticket" in last["error"], last
+    assert f"effectgate resume --thread d1 --state-dir {root} settles it" in last["error"], last
+    assert _in_flight(state_dir) == ["create_ticket"]  # the outcome stays unknown, not done
+
+    # The slow request still commits (an HTTP server does not notice the hang-up).
+    deadline = time.monotonic() + 30
+    while not services.tickets() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    services.set_fault("tickets", "normal")
+    done = eg("resume", "--state-dir", root, "--thread", "d1", "--approve", "all", "--json")
+    assert done.code == 0, done.stderr[-2000:]
+    assert done.json["status"] == "done"
+    assert [t["idempotency_key"] for t in services.tickets()] == ["ticket:orders-error-rate"]
+    assert len(services.mails()) == 1

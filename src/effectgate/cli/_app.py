@@ -747,7 +747,7 @@ def worker(
     output = Output(json_mode=json_out)
     # A stop at any moment of start-up ends the worker with its summary and
     # exit 5, as a stop between runs does; a second signal aborts at once.
-    with handled(output, mode=Mode.GRACEFUL, reads_stop=True):
+    with handled(output, state_dir=state_dir, mode=Mode.GRACEFUL, reads_stop=True):
         code = worker_main(
             state_dir,
             store=store,

@@ -113,21 +113,39 @@ def thread_exists(state_dir: Path, thread_id: str) -> bool | None:
     Returns:
         ``True`` or ``False``; ``None`` when the ledger cannot be read.
     """
+    return _thread_facts(state_dir, thread_id)[0]
+
+
+def _thread_facts(state_dir: Path, thread_id: str) -> tuple[bool | None, list[str]]:
+    """Whether the ledger records ``thread_id``, and its calls left ``IN_FLIGHT``.
+
+    Returns:
+        ``(exists, in_flight)``: ``exists`` as ``thread_exists``; ``in_flight``
+        names each of the thread's operations whose attempt started and has no
+        recorded outcome (``"create_ticket (operation ticket:x, attempt 1)"``),
+        empty when there is none or the ledger cannot be read.
+    """
     from effectgate._app import StateDir
+    from effectgate.ledger import OpState
 
     if not (state_dir.expanduser() / "effectgate.json").is_file():
-        return False
+        return False, []
     try:
         sd = StateDir.open(state_dir, create=False)
         if not sd.has_ledger():
-            return False
+            return False, []
         ledger = sd.open_ledger()
         try:
-            return ledger.get_thread(thread_id) is not None
+            if ledger.get_thread(thread_id) is None:
+                return False, []
+            ops = ledger.list(thread_id=thread_id, states=[OpState.IN_FLIGHT])
+            return True, [
+                f"{op.tool} (operation {op.operation_id}, attempt {op.attempt})" for op in ops
+            ]
         finally:
             ledger.close()
     except EffectgateError:
-        return None
+        return None, []
 
 
 def _interrupted(thread_id: str | None, state_dir: Path | None) -> str:
@@ -138,7 +156,14 @@ def _interrupted(thread_id: str | None, state_dir: Path | None) -> str:
     if thread_id is None or state_dir is None:
         return what
     resume = command_hint(state_dir, "resume", "--thread", thread_id)
-    exists = thread_exists(state_dir, thread_id)
+    exists, in_flight = _thread_facts(state_dir, thread_id)
+    if exists and in_flight:
+        # The abort cut a call off: say so, and that nothing repeats it blindly.
+        return (
+            f"{what} in the middle of thread {thread_id}'s call {', '.join(in_flight)}: "
+            f"its outcome is not recorded; {resume} settles it first (a lookup, or a "
+            "reconciliation review when none can tell), then continues"
+        )
     if exists:
         return f"{what}; {resume} continues"
     if exists is None:
@@ -203,8 +228,10 @@ def handled(
         )
         _fail(output, ExitCode.ERROR, message, "DatabaseError", thread_id)
         raise typer.Exit(int(ExitCode.ERROR)) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         output.flush_last()
+        # A worker knows the thread only once it runs one (``RunAborted``).
+        thread_id = getattr(exc, "thread_id", None) or thread_id
         message = _interrupted(thread_id, state_dir)
         _fail(output, ExitCode.INCOMPLETE, message, "KeyboardInterrupt", thread_id)
         raise typer.Exit(int(ExitCode.INCOMPLETE)) from None

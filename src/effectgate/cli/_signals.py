@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from effectgate.cli._exit import ExitCode
 
-__all__ = ["STOPPER", "Mode", "Stoppable", "Stopper"]
+__all__ = ["STOPPER", "Mode", "RunAborted", "Stoppable", "Stopper"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _POLL_S = 0.05
@@ -48,6 +48,23 @@ class Mode(enum.StrEnum):
     DEFER = "defer"
     IMMEDIATE = "immediate"
     GRACEFUL = "graceful"
+
+
+class RunAborted(KeyboardInterrupt):
+    """A second signal aborted the run of one thread (``effectgate worker``).
+
+    A ``KeyboardInterrupt``, so everything that handles an abort handles it;
+    it carries what a worker alone knows when it aborts: the thread it was
+    running, for the error line, the JSON error object and the resume hint
+    (``cli._output.handled``).
+
+    Args:
+        thread_id: the thread whose run the signal cut off.
+    """
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(thread_id)
+        self.thread_id = thread_id
 
 
 class Stoppable(Protocol):
