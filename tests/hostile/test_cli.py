@@ -77,6 +77,18 @@ DECISIONS: list[tuple[str, Callable[[Path], None], str]] = [
     ("nan", _text('{"decisions": NaN}'), "decisions"),
     ("bom", _bytes(b'\xef\xbb\xbf{"decisions": []}'), "JSON"),
     ("escape-in-key", _text('{"\\u001b[2Kdecisions": []}'), "unknown key"),
+    # The binding's place, told as the shape to write: before, the refusal said to add
+    # "interrupt_id" "to each decision", and doing so met "unknown key(s) ['interrupt_id']".
+    (
+        "unbound",
+        _text('{"decisions": [{"type": "approve"}]}'),
+        '{"interrupt_id": "...", "decisions": [...]}',
+    ),
+    (
+        "interrupt-id-inside-a-decision",
+        _text('{"decisions": [{"type": "approve", "interrupt_id": "abc"}]}'),
+        '"interrupt_id" names the whole review, so it goes beside "decisions"',
+    ),
 ]
 
 

@@ -422,9 +422,10 @@ def _check_entry(entry: Any, where: str) -> None:
         bound = all(d.get("operation_id") and d.get("intent_hash") for d in decisions)
         if "interrupt_id" not in entry and not bound:
             raise DecisionError(
-                f'{where}: names no review: add the review\'s "interrupt_id" (from '
-                '"effectgate pending --json"), or "operation_id" and "intent_hash" to each '
-                "decision; an answer is never applied to a review it does not name"
+                f'{where}: names no review: give the review\'s "interrupt_id" (from '
+                '"effectgate pending --json") beside "decisions", as {"interrupt_id": "...", '
+                '"decisions": [...]}, or "operation_id" and "intent_hash" in each decision; '
+                "an answer is never applied to a review it does not name"
             )
     if "verdicts" in entry:
         _check_verdicts(entry["verdicts"], where)
@@ -434,6 +435,11 @@ def _check_decision(decision: Any, where: str) -> None:
     if not isinstance(decision, dict):
         raise DecisionError(f"{where}: must be an object")
     unknown = sorted(set(decision) - _DECISION_KEYS)
+    if "interrupt_id" in unknown:
+        raise DecisionError(
+            f'{where}: "interrupt_id" names the whole review, so it goes beside "decisions", '
+            'not inside a decision: {"interrupt_id": "...", "decisions": [...]}'
+        )
     if unknown:
         raise DecisionError(f"{where}: unknown key(s) {unknown}")
     kind = decision.get("type")
