@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 _ENTRY_KEYS = frozenset({"answers", "decisions", "interrupt_id", "reviewer", "verdicts"})
+_BOUND_ENTRY = '{"interrupt_id": "...", "decisions": [...]}'
+"""Where a review answer's ``interrupt_id`` goes, as the refusals show it."""
 _DECISION_KEYS = frozenset(
     {"type", "edited_action", "message", "tool_call_id", "operation_id", "intent_hash"}
 )
@@ -423,8 +425,8 @@ def _check_entry(entry: Any, where: str) -> None:
         if "interrupt_id" not in entry and not bound:
             raise DecisionError(
                 f'{where}: names no review: give the review\'s "interrupt_id" (from '
-                '"effectgate pending --json") beside "decisions", as {"interrupt_id": "...", '
-                '"decisions": [...]}, or "operation_id" and "intent_hash" in each decision; '
+                f'"effectgate pending --json") beside "decisions", as {_BOUND_ENTRY}, or '
+                '"operation_id" and "intent_hash" in each decision; '
                 "an answer is never applied to a review it does not name"
             )
     if "verdicts" in entry:
@@ -438,7 +440,7 @@ def _check_decision(decision: Any, where: str) -> None:
     if "interrupt_id" in unknown:
         raise DecisionError(
             f'{where}: "interrupt_id" names the whole review, so it goes beside "decisions", '
-            'not inside a decision: {"interrupt_id": "...", "decisions": [...]}'
+            f"not inside a decision: {_BOUND_ENTRY}"
         )
     if unknown:
         raise DecisionError(f"{where}: unknown key(s) {unknown}")
