@@ -644,36 +644,13 @@ def _service_endpoints(path: Path, *, probe: bool = True) -> ServiceEndpoints | 
         when ``probe`` found its servers not answering.
 
     Raises:
-        ConfigError: the file exists but is not a regular file, not UTF-8
-            JSON, or not an object of the four fields with their types: the
-            worker would otherwise send the tools' requests nowhere, or crash.
+        ConfigError: the file is damaged (``demo.services.published_endpoints``):
+            the worker would otherwise send the tools' requests nowhere, or crash.
     """
-    from effectgate._untrusted import parse_json, read_regular_file
-    from effectgate.demo.services import ServiceEndpoints, answering
+    from effectgate.demo.services import answering, published_endpoints
 
-    if not os.path.lexists(path):
-        return None
-    fields = {"ticket_url": str, "smtp_host": str, "smtp_port": int, "mail_url": str}
-    try:
-        data = parse_json(read_regular_file(path))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise ConfigError(
-            f"{path}: cannot be read ({why}); run 'effectgate services' again or remove it"
-        ) from None
-    if (
-        not isinstance(data, dict)
-        or set(data) != set(fields)
-        or not all(
-            isinstance(data[k], t) and not isinstance(data[k], bool) for k, t in fields.items()
-        )
-    ):
-        raise ConfigError(
-            f"{path}: not the demo services' addresses (an object with "
-            f"{', '.join(fields)}); run 'effectgate services' again or remove it"
-        )
-    endpoints = ServiceEndpoints(**data)
-    if probe and not answering(endpoints):
+    endpoints = published_endpoints(path.parent)
+    if endpoints is not None and probe and not answering(endpoints):
         print(
             f"effectgate worker: {path} names demo services that do not answer "
             f"({endpoints.ticket_url}, {endpoints.mail_url}): taken as absent, their threads "

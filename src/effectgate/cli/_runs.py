@@ -105,7 +105,13 @@ class _Plan:
     model: BaseChatModel
     services: bool
     begin: Callable[[Agent], RunResult]
-    prepare: Callable[[DemoServices], None] = field(default=lambda services: None)
+    prepare: Callable[[DemoServices], None] | None = None
+    """What a new demo world needs set on its services first (``effectgate demo``).
+
+    ``None`` (resume, ``run --thread``): the command uses the services an
+    ``effectgate services`` already runs for the state directory, when they
+    answer, and starts its own only when none do.
+    """
     resuming: bool = False
     """A resume: its decisions were meant for a review already waiting."""
     agent_options: Mapping[str, Any] = field(default_factory=dict)
@@ -277,9 +283,12 @@ def _execute(
     endpoints: ServiceEndpoints | None = None
     with contextlib.ExitStack() as stack:
         if plan.services:
-            services = stack.enter_context(DemoServices(sd.services))
-            plan.prepare(services)
-            endpoints = services.endpoints
+            endpoints = None if plan.prepare is not None else _running_services(sd)
+            if endpoints is None:
+                services = stack.enter_context(DemoServices(sd.services))
+                if plan.prepare is not None:
+                    plan.prepare(services)
+                endpoints = services.endpoints
         agent = stack.enter_context(
             open_agent(
                 sd,
@@ -402,6 +411,23 @@ def _next_steps(result: RunResult, code: ExitCode, state_dir: Path | None) -> Se
     resume = command_hint(state_dir, "resume", "--thread", result.thread_id)
     lines.append(f"continue with: {resume}")
     return lines
+
+
+def _running_services(sd: StateDir) -> ServiceEndpoints | None:
+    """The demo services already running for ``sd`` (its ``endpoints.json``), if they answer.
+
+    As ``effectgate worker`` does: one world, one set of servers, so a fault
+    or a metric set on ``effectgate services`` is what the command's calls
+    meet. A damaged or stale file is no error here: the command starts its
+    own servers, which write the file again.
+    """
+    from effectgate.demo.services import answering, published_endpoints
+
+    try:
+        found = published_endpoints(sd.services)
+    except ConfigError:
+        return None
+    return found if found is not None and answering(found) else None
 
 
 def _prepare_demo(error_rate: float | None, output: Output) -> Callable[[DemoServices], None]:

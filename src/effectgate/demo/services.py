@@ -34,8 +34,9 @@ from typing import IO, Any, Literal
 
 import httpx
 
+from effectgate._untrusted import parse_json, read_regular_file
 from effectgate.demo._faults import ADMIN_TOKEN_HEADER, bind_address, write_ready_file
-from effectgate.errors import ServiceStartError
+from effectgate.errors import ConfigError, ServiceStartError
 
 __all__ = ["DemoServices", "ServiceEndpoints", "read_mails", "read_tickets"]
 
@@ -400,6 +401,50 @@ def _read_endpoints(path: Path) -> ServiceEndpoints | None:
         return ServiceEndpoints(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return None
+
+
+def published_endpoints(data_dir: str | os.PathLike[str]) -> ServiceEndpoints | None:
+    """The addresses ``endpoints.json`` in ``data_dir`` publishes, read strictly, not probed.
+
+    ``DemoServices.start`` (``effectgate services``, or a command's own
+    instance) writes the file; ``effectgate worker`` and ``resume`` read it
+    to send the tools' requests to the servers already running for the state
+    directory. Pair it with ``answering``: a server killed with ``kill -9``
+    leaves the file behind.
+
+    Args:
+        data_dir: the services' data directory (``<state dir>/services``).
+
+    Returns:
+        The endpoints, or ``None`` when there is no such file.
+
+    Raises:
+        ConfigError: the file exists but is not a regular file, not UTF-8
+            JSON, or not an object of the four fields with their types.
+    """
+    path = Path(data_dir) / ENDPOINTS_FILE
+    if not os.path.lexists(path):
+        return None
+    fields = {"ticket_url": str, "smtp_host": str, "smtp_port": int, "mail_url": str}
+    try:
+        data = parse_json(read_regular_file(path))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConfigError(
+            f"{path}: cannot be read ({why}); run 'effectgate services' again or remove it"
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or set(data) != set(fields)
+        or not all(
+            isinstance(data[k], t) and not isinstance(data[k], bool) for k, t in fields.items()
+        )
+    ):
+        raise ConfigError(
+            f"{path}: not the demo services' addresses (an object with "
+            f"{', '.join(fields)}); run 'effectgate services' again or remove it"
+        )
+    return ServiceEndpoints(**data)
 
 
 def answering(endpoints: ServiceEndpoints, timeout_s: float = 0.5) -> bool:
