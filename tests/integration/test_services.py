@@ -237,6 +237,13 @@ def test_two_starts_on_one_data_dir_do_not_clobber_each_other(tmp_path: Path) ->
     assert not list(tmp_path.glob(".*.ready.json"))
 
 
+_COPIES = ("tickets", "mail")
+
+
+def _copies(data_dir: Path) -> dict[str, object]:
+    return {s: json.loads((data_dir / f"{s}.ready.json").read_text()) for s in _COPIES}
+
+
 def test_a_short_lived_instance_leaves_a_running_ones_endpoints_file(tmp_path: Path) -> None:
     """A brief instance beside `effectgate services`: endpoints.json keeps naming the latter.
 
@@ -249,10 +256,15 @@ def test_a_short_lived_instance_leaves_a_running_ones_endpoints_file(tmp_path: P
     with DemoServices(tmp_path) as long_lived:
         kept = json.loads(path.read_text())
         assert kept["ticket_url"] == long_lived.endpoints.ticket_url
+        ready = _copies(tmp_path)
         with DemoServices(tmp_path) as brief:
             assert brief.endpoints.ticket_url != long_lived.endpoints.ticket_url
             assert json.loads(path.read_text()) == kept
+            assert _copies(tmp_path) == ready  # the ready copies (admin token) stay too
         assert json.loads(path.read_text()) == kept  # not deleted by the brief one's stop
+        # Before, the brief one overwrote and then deleted the long-lived one's
+        # ready copies: its admin token (faults, metrics) was gone.
+        assert _copies(tmp_path) == ready
     assert not path.exists()  # the long-lived one removed its own file
     with DemoServices(tmp_path) as first:  # a file naming closed ports is replaced
         path.write_text(json.dumps({**kept}))

@@ -293,7 +293,7 @@ class DemoServices:
         # Each launch waits on its own ready file: two processes starting the
         # services on one data dir (two `effectgate resume` at once) must not
         # delete or overwrite each other's. ``<service>.ready.json`` is then
-        # published as a copy, for people and tests.
+        # published as a copy, for people and tests, by ``_publish``.
         ready_file = self.data_dir / f".{service}.{os.getpid()}.{uuid.uuid4().hex[:8]}.ready.json"
         ports = (
             ["--port", "0"] if service == "tickets" else ["--smtp-port", "0", "--http-port", "0"]
@@ -332,7 +332,6 @@ class DemoServices:
             raise
         finally:
             ready_file.unlink(missing_ok=True)
-        write_ready_file(self.data_dir / f"{service}.ready.json", running.ready)
         return running
 
     def _await_ready(
@@ -373,13 +372,21 @@ class DemoServices:
         found = _read_endpoints(path)
         if found is None or found == previous or not answering(found):
             write_ready_file(path, dataclasses.asdict(self._endpoints))
+            # The ready copies (pid, ports, admin token) go with the addresses:
+            # another instance's stay while its servers answer.
+            for service, running in self._running.items():
+                write_ready_file(self.data_dir / f"{service}.ready.json", running.ready)
         return self._endpoints
 
     def _halt(self, service: str) -> None:
         running = self._running.pop(service, None)
         if running is not None:
             self._terminate(running)
-            (self.data_dir / f"{service}.ready.json").unlink(missing_ok=True)
+            copy = self.data_dir / f"{service}.ready.json"
+            with contextlib.suppress(OSError, ValueError):
+                # only our own copy: another instance's names its own pid
+                if json.loads(copy.read_text(encoding="utf-8")).get("pid") == running.process.pid:
+                    copy.unlink()
 
     @staticmethod
     def _terminate(running: _Running) -> None:
