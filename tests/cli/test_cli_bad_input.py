@@ -109,7 +109,7 @@ def test_state_dir_that_is_not_ours_is_left_untouched(tmp_path: Path) -> None:
     before = _snapshot(other)
     for args in (
         ["demo", "--approve", "all"],
-        ["run", "hi", "--model", "scripted:incident"],
+        ["run", "hi", "--model", "scripted:incident", "--with-services"],
         ["resume", "--thread", "t"],
         ["ledger", "list"],
         ["threads"],
@@ -203,7 +203,9 @@ def test_failpoint_that_could_never_fire_is_bad_input_or_reported(tmp_path: Path
 
 def test_blank_task_is_bad_input(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    ran = eg("run", "  ", "--model", "scripted:incident", "--state-dir", str(state))
+    ran = eg(
+        "run", "  ", "--model", "scripted:incident", "--with-services", "--state-dir", str(state)
+    )
     assert ran.code == 2 and "the task is empty" in ran.stderr
     if (state / "ledger.sqlite3").exists():
         with SqliteLedger(state / "ledger.sqlite3") as ledger:
@@ -313,3 +315,28 @@ def test_usage_errors_with_json_print_one_error_object(tmp_path: Path) -> None:
     plain = eg("demo", "--state-dir", state, "--bogus")
     assert plain.code == 2 and plain.stdout == "" and "No such option" in plain.stderr
     assert not Path(state).exists()
+
+
+def test_a_scripted_model_calling_demo_tools_without_services_is_refused(tmp_path: Path) -> None:
+    """``run --model scripted:incident`` without ``--with-services`` says what is missing.
+
+    Before, the run ended ``done`` (exit 0) after its first call failed as an
+    unknown tool, and nothing said that ``--with-services`` brings the tools.
+    """
+    state = tmp_path / "state"
+    ran = eg("run", "orders error rate", "--model", "scripted:incident", "--state-dir", str(state))
+    assert ran.code == 2, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in ran.stderr, ran.stderr
+    assert "get_error_rate, create_ticket, send_email" in lines[0]
+    assert "--with-services" in lines[0]
+    assert not state.exists()  # refused before the state directory was made
+
+    script = tmp_path / "notes.yaml"  # a script that needs no service tool still runs
+    script.write_text(
+        "name: notes\nturns:\n  - say: listing\n    tool_calls:\n"
+        "      - name: list_dir\n        args: {path: .}\n",
+        encoding="utf-8",
+    )
+    ran = eg("run", "list", "--model", f"scripted:{script}", "--state-dir", str(state))
+    assert ran.code == 0, ran.stderr

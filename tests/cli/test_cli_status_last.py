@@ -35,6 +35,6 @@ def test_the_status_line_is_last_in_demo_run_and_resume(tmp_path: Path) -> None:
     code, lines = _merged("resume", "--state-dir", state, "--thread", "w1")
     assert code == 0 and lines[-1] == "thread w1: done (exit code 0)", lines[-3:]
 
-    code, lines = _merged("run", "write a note", "--model", "scripted:incident",
+    code, lines = _merged("run", "write a note", "--model", "scripted:incident", "--with-services",
                           "--state-dir", state, "--thread", "r1")  # fmt: skip
     assert lines[-1].startswith("thread r1: ") and lines[-1].endswith(f"(exit code {code})")

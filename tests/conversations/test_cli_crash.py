@@ -55,7 +55,7 @@ def test_a_directory_that_is_not_ours_is_not_written_by_the_recovery_report(
     stray.mkdir()
     (stray / "ledger.sqlite3").write_bytes(b"")
     for args in (
-        ["run", "x", "--thread", "t", "--model", "scripted:incident"],
+        ["run", "x", "--thread", "t", "--model", "scripted:incident", "--with-services"],
         ["resume", "--thread", "t"],
         ["demo", "--thread", "t"],
     ):

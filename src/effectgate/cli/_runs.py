@@ -231,6 +231,45 @@ def _check_crash_tools(spec: str | None, state_dir: Path, *, services: bool) -> 
     _failpoints.check([t.name for t in tools if not t.is_read], spec)
 
 
+def _script_tool_names(script: Mapping[str, Any]) -> list[str]:
+    """Every tool name a validated script's turns (and follow-ups' turns) call, in order."""
+    names: list[str] = []
+    for part in [script, *script.get("followups", [])]:
+        for turn in part.get("turns", []):
+            for call in turn.get("tool_calls", []):
+                if call["name"] not in names:
+                    names.append(call["name"])
+    return names
+
+
+def _check_script_tools(model: BaseChatModel, state_dir: Path, *, services: bool) -> None:
+    """Refuse a scripted model that calls demo service tools when the run has none.
+
+    Without the check, ``run --model scripted:incident`` (no ``--with-services``)
+    ends ``done`` after its first call failed as an unknown tool. A tool that
+    the services would not bring either is left to the run (a script may test
+    exactly that).
+
+    Raises:
+        ConfigError: the script names a tool only ``--with-services`` brings.
+    """
+    from effectgate._app import default_tools
+    from effectgate.models import ScriptedChatModel
+
+    if services or not isinstance(model, ScriptedChatModel):
+        return
+    workspace = state_dir / "workspace"
+    plain = {t.name for t in default_tools(workspace, None)}
+    served = {t.name for t in default_tools(workspace, _nowhere())}
+    needed = [n for n in _script_tool_names(model.script) if n not in plain and n in served]
+    if needed:
+        name = model.script.get("name", "scripted")
+        raise ConfigError(
+            f"the scripted model {name!r} calls {', '.join(needed)}, which come with the "
+            "demo services: add --with-services (or run effectgate demo)"
+        )
+
+
 def _nowhere() -> ServiceEndpoints:
     """Demo service addresses nobody listens on: tools built for reading, never called."""
     from effectgate.demo import ServiceEndpoints
@@ -503,6 +542,7 @@ def run_task(
     crash = check_failpoint(flags.crash_at)
     _check_crash_tools(crash, flags.state_dir, services=with_services)
     model = _model(model_spec, model_options)
+    _check_script_tools(model, flags.state_dir, services=with_services)
     sd = StateDir.open(flags.state_dir, store=flags.store)
     thread = thread_id or new_thread_id("run")
     stored = {k: v for k, v in model_options.items() if k != "api_key" and v is not None}
