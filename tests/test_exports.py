@@ -35,6 +35,7 @@ PUBLIC = {
         "history_problems",
         "make_model",
         "open_agent",
+        "submit",
     },
     "effectgate.errors": {
         "ApprovalError",

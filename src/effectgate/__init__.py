@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "ToolSpec": "effectgate.tools",
     # app layer
     "StateDir": "effectgate._app",
+    "submit": "effectgate._queue",
     "default_tools": "effectgate._app",
     "open_agent": "effectgate._app",
     # models
@@ -75,10 +76,12 @@ __all__ = [
     "history_problems",
     "make_model",
     "open_agent",
+    "submit",
 ]
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir, default_tools, open_agent
+    from effectgate._queue import submit
     from effectgate.dispatch import Dispatcher, Verdict
     from effectgate.graph import (
         Agent,

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from effectgate import submit
 from effectgate._app import StateDir, open_agent
-from effectgate._workers import submit
 from tests.hostile.conftest import SECRET
 
 CLI = [sys.executable, "-m", "effectgate.cli"]

@@ -15,8 +15,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from effectgate import submit
 from effectgate._app import StateDir, open_agent
-from effectgate._workers import READY_LINE, submit
+from effectgate.cli._workers import READY_LINE
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState
 from tests.cli.conftest import eg, start, wait_for, write_script

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from effectgate import submit
 from effectgate._app import StateDir, open_agent
 from effectgate._failpoints import EXIT_CODE, Failpoint
-from effectgate._workers import submit
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, PostgresLedger
 from effectgate.testing.oracle import world
@@ -147,7 +147,7 @@ def test_a_review_answered_by_a_runner_that_died_is_resumed_by_a_worker(
     answer; a worker without ``--approve`` must take the thread as unfinished
     (else it waits forever for a reviewer with nothing to answer).
     """
-    from effectgate._workers import Readiness, readiness
+    from effectgate._queue import Readiness, readiness
     from effectgate.demo.services import ServiceEndpoints
     from tests.conftest import run_worker
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from effectgate import submit
 from effectgate._app import StateDir, open_agent
-from effectgate._workers import submit
 from tests._damage import damage_checkpoint, damage_thread_record
 from tests.cli.conftest import cli_env, eg
 

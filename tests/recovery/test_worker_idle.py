@@ -8,7 +8,8 @@ import time
 import pytest
 
 from effectgate._app import StateDir, open_agent
-from effectgate._workers import Readiness, WorkerOptions, readiness, work
+from effectgate._queue import Readiness, readiness
+from effectgate.cli._workers import WorkerOptions, work
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus
 from tests._damage import damage_sqlite_arguments
@@ -57,7 +58,7 @@ def test_a_worker_does_not_spin_on_a_thread_that_stops_incomplete(
     """
     from types import SimpleNamespace
 
-    import effectgate._workers as workers
+    import effectgate.cli._workers as workers
     from effectgate.graph import RunResult
 
     calls: list[str] = []
@@ -98,7 +99,7 @@ def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
     raised ``LedgerCorruptError`` out of ``work`` and the worker ended, and so
     did every other worker at its next scan: one row wedged every thread.
     """
-    from effectgate._workers import submit
+    from effectgate import submit
 
     task = "Check the order service and handle any incident."
     with open_agent(state_dir, endpoints=services.endpoints) as agent:
@@ -151,7 +152,7 @@ def test_one_damaged_ledger_row_does_not_stop_a_worker_from_the_other_threads(
 
 _HELD_LOCK = """
 import os, signal, threading
-from effectgate._workers import _LoopStop
+from effectgate.cli._workers import _LoopStop
 from effectgate.cli._signals import STOPPER, Mode
 
 class Agent:

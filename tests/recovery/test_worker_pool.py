@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from effectgate._app import StateDir
-from effectgate._workers import READY_LINE
+from effectgate.cli._workers import READY_LINE
 from tests.cli.conftest import catches, start, wait_for
 from tests.recovery._kit import Lines
 

@@ -742,7 +742,7 @@ def worker(
     per run on stdout (a JSON object with --json). With --agent, only the
     threads started with that recipe; without it, only the built-in tools'.
     """
-    from effectgate._workers import worker_main
+    from effectgate.cli._workers import worker_main
 
     output = Output(json_mode=json_out)
     # A stop at any moment of start-up ends the worker with its summary and

@@ -114,7 +114,7 @@ class Stopper:
         """Deliver SIGINT and SIGTERM to the handlers again if this thread had them blocked.
 
         A process started with them blocked (a worker pool's child, see
-        ``effectgate._workers``) receives any that came meanwhile now.
+        ``effectgate.cli._workers``) receives any that came meanwhile now.
         """
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
 

@@ -92,7 +92,7 @@ class _Schema:
 def _prepare(sd: StateDir) -> list[str]:
     """Create the ledger and checkpoint tables once, and record the threads; return their ids."""
     from effectgate._app import open_agent
-    from effectgate._workers import submit
+    from effectgate._queue import submit
 
     threads = [f"t{n}" for n in range(THREADS)]
     with open_agent(sd) as agent:  # migrates both stores before any worker races to
@@ -201,7 +201,7 @@ def _run(sup: _Supervisor) -> None:
 
 def _judge(sd: StateDir, url: str, threads: list[str], result: TrialResult) -> None:
     from effectgate._app import open_agent
-    from effectgate._workers import Readiness, readiness
+    from effectgate._queue import Readiness, readiness
     from effectgate.ledger import OpState
     from effectgate.ledger._postgres import PostgresLedger
     from effectgate.testing.oracle import checkpoint_problems, world

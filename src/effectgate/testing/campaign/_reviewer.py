@@ -42,7 +42,8 @@ def review_until_settled(state_dir: Path, lease_ttl_s: float = LEASE_TTL_S) -> i
         (reconciliation); 5 not settled within the timeout.
     """
     from effectgate._app import open_agent
-    from effectgate._workers import Readiness, readiness, report_line
+    from effectgate._queue import Readiness, readiness
+    from effectgate.cli._workers import report_line
     from effectgate.errors import ThreadBusyError
     from effectgate.testing.campaign._systems import EXIT_UNFINISHED, _endpoints
 

@@ -25,7 +25,6 @@ Many workers may run on one machine (``processes``) or on many (each runs
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import random
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from effectgate._process import owner_is_gone
+from effectgate._queue import Readiness, readiness
 from effectgate.errors import (
     CheckpointCorruptError,
     ConfigError,
@@ -58,29 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PROCESSES",
-    "Readiness",
     "WorkerOptions",
-    "readiness",
     "report_line",
     "run_worker_processes",
-    "submit",
     "work",
     "worker_main",
 ]
-
-
-class Readiness(enum.StrEnum):
-    """What a worker can do with a thread now."""
-
-    NEW = "new"
-    UNFINISHED = "unfinished"
-    REVIEW = "review"
-    """Waiting at a review interrupt (a worker's review policy may answer it)."""
-    RECONCILIATION = "reconciliation"
-    """Waiting for a person's reconciliation verdict: no worker policy gives one."""
-    DONE = "done"
-    HELD = "held"
-    """Another worker's lease is live."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,54 +79,6 @@ class WorkerOptions:
     poll_s: float = 0.5
     until_idle: bool = False
     reviewer: str = "worker"
-
-
-def submit(
-    agent: Agent, task: str, *, thread_id: str, metadata: Mapping[str, Any] | None = None
-) -> None:
-    """Record a new thread for workers to start (nothing runs here).
-
-    Raises:
-        ConfigError: the task is blank, or the thread exists with another task.
-    """
-    if not task.strip():
-        raise ConfigError("the task is empty: say what the agent should do")
-    existing = agent.ledger.get_thread(thread_id)
-    if existing is not None and dict(existing.input) != {"task": task}:
-        raise ConfigError(f"thread {thread_id!r} already exists with another task")
-    agent.ledger.record_thread(thread_id, {"task": task}, dict(metadata or {}))
-
-
-def readiness(agent: Agent, thread_id: str) -> Readiness:
-    """Classify one thread for a worker (see ``Readiness``); reads the lease, then ``Agent.status``.
-
-    A review whose answer is recorded but not yet applied (its runner died in
-    between) is ``UNFINISHED``: a worker resumes it, the answer stands.
-    """
-    ledger = agent.ledger
-    with ledger.store.read(single=True) as r:
-        lease = r.get_lease(thread_id)
-    if (
-        lease is not None
-        and lease.owner != agent.worker
-        and lease.expires_at > ledger.clock.now()
-        and not owner_is_gone(lease.owner)  # a dead holder's lease is taken over at once
-    ):
-        return Readiness.HELD
-    from effectgate.graph import RunStatus
-
-    # ``Agent.status`` is the one reading of where a thread stands: an
-    # interrupt whose answer is already recorded (a runner died between
-    # recording it and writing the next checkpoint) is not pending any more,
-    # and a follow-up turn recorded but not run leaves the thread unfinished.
-    status = agent.status(thread_id).status
-    if status is RunStatus.NOT_STARTED:
-        return Readiness.NEW
-    if status is RunStatus.WAITING_REVIEW:
-        return Readiness.REVIEW
-    if status is RunStatus.WAITING_RECONCILIATION:
-        return Readiness.RECONCILIATION
-    return Readiness.DONE if status is RunStatus.DONE else Readiness.UNFINISHED
 
 
 def _finished(agent: Agent, thread_id: str) -> bool:
