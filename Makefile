@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --progress-bar on
 
-.PHONY: demo test lint typecheck bench bench-latency campaign answer-machine browser notebooks lowest-deps clean
+.PHONY: demo test lint typecheck bench bench-latency campaign answer-machine server-kills browser notebooks lowest-deps clean
 
 $(BIN)/python:
 	@echo "== creating $(VENV) with $(PY) -m venv"
@@ -85,6 +85,12 @@ campaign: $(VENV)/.installed-bench $(VENV)/.installed-postgres
 answer-machine: $(VENV)/.installed-test
 	EG_ANSWER_MACHINE_EXAMPLES=40 EG_ANSWER_MACHINE_STEPS=20 $(BIN)/python -m pytest -q \
 		-p no:cacheprovider tests/answers/test_answer_machine.py
+
+# `langgraph dev` killed at every seam of an approved effect and restarted: one ticket,
+# one mail, one note each (about a minute per seam; the suite runs AFTER_EXTERNAL_COMMIT).
+server-kills: $(VENV)/.installed-test
+	EG_SERVER_KILLS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 \
+		tests/server/test_server_kills.py
 
 # The lowest versions pyproject.toml allows for each direct dependency, in a
 # throwaway venv, must still run the demo, the CLI and the OpenAI model path.
