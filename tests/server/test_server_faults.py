@@ -396,3 +396,37 @@ def test_the_same_run_twice_acts_once(served: Served) -> None:
     assert served.tickets() - before == 1
     [op] = served.op_of(thread_id)
     assert (op.state, op.attempt) == (OpState.SUCCEEDED, 1)
+
+
+@pytest.mark.slow
+def test_a_deleted_threads_queued_runs_do_not_jam_the_queue(served: Served, slow: None) -> None:
+    """``threads.delete`` with one run in flight and two enqueued behind it.
+
+    The approved ticket still ends SUCCEEDED (one ticket), no run of the
+    deleted thread is left pending or running, and a new thread on the same
+    server reaches its review and its ticket within the usual deadline.
+    """
+    from langgraph_sdk.errors import NotFoundError
+
+    client = served.client()
+    before = served.tickets()
+    thread_id, first = _at_review(client)
+    client.runs.create(thread_id, "effectgate", command=_approve(first))
+    _until("the ticket is in flight", lambda: served.in_flight(thread_id))
+    for text in ("any news?", "and now?"):
+        message = {"messages": [{"role": "user", "content": text}]}
+        client.runs.create(thread_id, "effectgate", input=message, multitask_strategy="enqueue")
+    client.threads.delete(thread_id)
+    [op] = _settled(served, thread_id)
+    assert op.state is OpState.SUCCEEDED
+    with pytest.raises(NotFoundError):
+        client.threads.get(thread_id)
+
+    served.services.set_fault("tickets", "normal")
+    other, review = _at_review(client)  # the queue is free: the next thread runs at once
+    client.runs.wait(other, "effectgate", command=_approve(review))
+    _finish(client, other)
+    assert served.tickets() - before == 2  # one for each thread, none repeated
+    [done] = served.op_of(other)
+    assert (done.state, done.attempt) == (OpState.SUCCEEDED, 1)
+    assert op.attempt == 1
