@@ -6,7 +6,7 @@ no-op side-effect tool and the same disk:
 - ``Baseline``: what a user would otherwise build, LangChain's ``create_agent``
   with ``HumanInTheLoopMiddleware`` and a ``SqliteSaver``, run with
   ``durability="sync"``.
-- ``Effectgate``: ``effectgate._app.open_agent`` with the same tool as an
+- ``Effectgate``: ``effectgate.open_agent`` with the same tool as an
   IDEMPOTENT ``ToolSpec``, driven through ``Agent.start``/``Agent.resume``.
 - ``EffectgateGraph`` (in ``bench_side_effect``): the same compiled graph driven
   directly with ``Command(resume=...)`` (no lease, no status read-back), to
@@ -381,7 +381,7 @@ class Effectgate(System):
 
     def __init__(self, root: Path, script: dict[str, Any], sink: list[str] | None = None) -> None:
         super().__init__(root, script, sink)
-        from effectgate._app import open_agent
+        from effectgate import open_agent
         from effectgate.models import ScriptedChatModel
 
         spec, _ = record_tools(self.sink, self.result_bytes)

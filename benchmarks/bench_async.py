@@ -71,7 +71,7 @@ async def _baseline(root: Path, threads: int, calls: int) -> float:
 
 
 async def _effectgate(root: Path, threads: int, calls: int) -> float:
-    from effectgate._app import open_agent
+    from effectgate import open_agent
     from effectgate.models import ScriptedChatModel
 
     sink: list[str] = []

@@ -163,7 +163,7 @@ class _EffectgateRunner:
     def __init__(self, url: str, root: Path, latency_s: float, effects: EffectFile) -> None:
         from pydantic import BaseModel
 
-        from effectgate._app import open_agent
+        from effectgate import open_agent
         from effectgate.tools import EffectKind, ToolResult, ToolSpec
 
         class RecordArgs(BaseModel):
@@ -448,7 +448,7 @@ def run(
     keep: bool,
 ) -> dict[str, Any]:
     """The whole grid; returns rates, ideals, costs and the effect counts read back."""
-    from effectgate._app import open_agent
+    from effectgate import open_agent
 
     base = c.work_dir("latency")
     effects_dir, root = base / "effects", base / "state"

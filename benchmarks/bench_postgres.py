@@ -116,7 +116,7 @@ class EffectgatePg(c.System):
 
     def __init__(self, url: str | None, root: Path, script: dict[str, Any]) -> None:
         super().__init__(root, script)
-        from effectgate._app import open_agent
+        from effectgate import open_agent
         from effectgate.models import ScriptedChatModel
 
         spec, _ = c.record_tools(self.sink)

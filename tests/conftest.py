@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.demo.services import DemoServices
 
 pytest_plugins = ("effectgate.testing.postgres",)  # postgres_database, postgres_url

@@ -5,7 +5,7 @@ from __future__ import annotations
 from langgraph.types import interrupt
 from pydantic import BaseModel
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.cli._loader import AgentRecipe
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from effectgate._app import StateDir, default_tools
+from effectgate import StateDir, default_tools
 from effectgate.cli._loader import AgentRecipe
 from effectgate.errors import OutcomeUnknown
 from effectgate.graph import Policy

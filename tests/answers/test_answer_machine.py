@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.errors import DecisionError
 from effectgate.graph import Agent, RunStatus
 from effectgate.ledger import EventKind, OpState

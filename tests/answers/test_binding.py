@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate._clock import FakeClock
 from effectgate.errors import DecisionError
 from effectgate.graph import Agent, Policy, RunStatus

@@ -7,7 +7,7 @@ says so and no policy approves it alone; the other threads go on.
 
 from __future__ import annotations
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.answers import REVIEW_FLAGS, flag_text, flags_of
 from effectgate.cli._decisions import BlanketDecisions
 from effectgate.graph import Policy, RunStatus

@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 from pydantic import BaseModel
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.errors import Rejected
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import OpState

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.graph import RunStatus
 from effectgate.models import ScriptedChatModel
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec

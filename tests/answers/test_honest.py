@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 from pydantic import BaseModel
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.answers import validate_verdict
 from effectgate.cli._decisions import FileDecisions, load_decisions_file
 from effectgate.demo.services import DemoServices

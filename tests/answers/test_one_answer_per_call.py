@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command, Send
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.errors import ConfigError
 from effectgate.graph import Policy, RunStatus
 from effectgate.graph._state import EffectTask

@@ -14,7 +14,7 @@ from typing import Any
 
 from langgraph.types import Command
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.answers import REVIEW_FLAGS, description_flags, flag_text
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus

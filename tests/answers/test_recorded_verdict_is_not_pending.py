@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from effectgate._app import open_agent
+from effectgate import open_agent
 from effectgate._verdicts import apply_verdict
 from effectgate.errors import OutcomeUnknown
 from effectgate.graph import RunStatus

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.errors import DecisionError
 from tests.answers.test_binding import _agent, _files, _write
 from tests.cli.conftest import eg

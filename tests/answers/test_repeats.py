@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.cli._decisions import BlanketDecisions
 from effectgate.graph import Policy, RunStatus
 from tests.answers.test_binding import _agent, _files, _write

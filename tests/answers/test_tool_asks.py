@@ -19,7 +19,7 @@ from typing import Any
 from langgraph.types import interrupt
 from pydantic import BaseModel
 
-from effectgate._app import StateDir, default_tools, open_agent
+from effectgate import StateDir, default_tools, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus
 from effectgate.ledger import OpState

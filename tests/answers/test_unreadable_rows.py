@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.graph import RunStatus
 from tests.answers import _parking_agent
 from tests.cli.conftest import eg

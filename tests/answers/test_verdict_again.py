@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.errors import DecisionError
 from effectgate.graph import Agent, RunStatus
 from effectgate.ledger import EventKind, OpState

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from langgraph_sdk import get_sync_client
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.demo import DemoServices
 from effectgate.ledger import SqliteLedger
 from effectgate.testing.langgraph_dev import LangGraphDev

@@ -20,7 +20,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
-from effectgate._app import StateDir, default_tools
+from effectgate import StateDir, default_tools
 from effectgate.graph import StepDurableSaver
 from effectgate.ledger import SqliteLedger
 from effectgate.models import make_model

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.graph import history_problems
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from langgraph.graph import StateGraph
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from effectgate._app import StateDir, default_tools
+from effectgate import StateDir, default_tools
 from effectgate.demo.services import DemoServices
 from effectgate.graph import add_effect_nodes
 from effectgate.ledger import OpState, SqliteLedger

@@ -11,7 +11,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
-from effectgate._app import StateDir, default_tools
+from effectgate import StateDir, default_tools
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.dispatch import Dispatcher
 from effectgate.ledger import OpState, SqliteLedger

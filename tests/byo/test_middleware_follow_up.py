@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
-from effectgate._app import StateDir, default_tools
+from effectgate import StateDir, default_tools
 from effectgate.answers import RESOLVED, SUPERSEDED_BY
 from effectgate.demo.services import DemoServices
 from effectgate.graph import history_problems

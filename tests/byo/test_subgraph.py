@@ -11,7 +11,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
-from effectgate._app import StateDir, default_tools
+from effectgate import StateDir, default_tools
 from effectgate.demo.services import DemoServices
 from effectgate.errors import DecisionError, OutcomeUnknown
 from effectgate.graph import resume_command

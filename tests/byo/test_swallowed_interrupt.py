@@ -23,7 +23,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
-from effectgate._app import StateDir, default_tools
+from effectgate import StateDir, default_tools
 from effectgate._clock import FakeClock
 from effectgate.demo.services import DemoServices
 from effectgate.errors import OrphanedOperationError

@@ -81,7 +81,7 @@ def test_demo_after_services_ran_without_a_stored_rate_still_handles_the_inciden
     their files but before the rate was stored (or an earlier ``effectgate
     services``) left a world reporting 0.0, and every later ``demo`` did nothing.
     """
-    from effectgate._app import StateDir
+    from effectgate import StateDir
     from effectgate.demo import DemoServices
 
     state = tmp_path / "state"

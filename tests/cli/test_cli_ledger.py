@@ -242,7 +242,7 @@ def test_reconcile_of_a_settled_operation_with_another_reference_is_refused(
     tmp_path: Path,
 ) -> None:
     """Repeating a verdict is a no-op; a different reference is not silently ignored."""
-    from effectgate._app import StateDir
+    from effectgate import StateDir
     from effectgate._clock import FakeClock
     from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
 
@@ -268,7 +268,7 @@ def test_reconcile_of_a_settled_operation_with_another_reference_is_refused(
 def test_reconcile_failed_is_refused_when_the_lookup_finds_the_mail(tmp_path: Path) -> None:
     """A mail parked as unknown (its lookup was down) that did arrive: ``reconcile
     --failed`` looks first and refuses (exit 2); the operation stays parked."""
-    from effectgate._app import StateDir, open_agent
+    from effectgate import StateDir, open_agent
     from effectgate.demo import DemoServices
     from effectgate.ledger import OpState
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState
 from tests.cli.conftest import eg

@@ -316,7 +316,7 @@ def runner_main(argv: Sequence[str] | None = None) -> int:
     ``Policy(budget=Budget(max_attempts=N, backoff_base_s=B))``. Exit codes
     follow the worker: 0 done, 3 reconciliation, 4 review, 5 incomplete.
     """
-    from effectgate._app import StateDir, open_agent
+    from effectgate import StateDir, open_agent
     from effectgate.errors import ConfigError
     from effectgate.graph import Policy
 

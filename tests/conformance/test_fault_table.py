@@ -42,7 +42,7 @@ from tests.conformance._experiments import (
 )
 from tests.conftest import run_worker, worker_cmd
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate._clock import FakeClock
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices

@@ -34,7 +34,7 @@ from tests.conformance._experiments import (
 )
 from tests.conftest import run_worker
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Verdict

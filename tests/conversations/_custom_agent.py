@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.cli import AgentRecipe
 from effectgate.graph import Policy
 from effectgate.models import ScriptedChatModel

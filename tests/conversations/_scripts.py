@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.graph import Agent, RunResult, RunStatus
 from effectgate.models import ScriptedChatModel

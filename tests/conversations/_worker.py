@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.graph import Agent, RunStatus
 from effectgate.models import ScriptedChatModel
 from effectgate.testing.worker import _endpoints

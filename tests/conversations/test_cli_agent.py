@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.graph import RunStatus
 from tests.cli.conftest import eg
 from tests.conversations import _custom_agent

@@ -9,7 +9,7 @@ import sys
 import pytest
 from langchain_core.messages import HumanMessage
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus, history_problems

@@ -18,7 +18,7 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.answers import SUPERSEDED_BY
 from effectgate.demo.services import DemoServices
 from effectgate.errors import DecisionError, FollowUpError

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.answers import RESOLVED
 from effectgate.demo.services import DemoServices
 from effectgate.errors import DecisionError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus
 from tests.answers._bind import bound

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError
 from effectgate.graph import Agent, RunStatus, history_problems

@@ -148,7 +148,7 @@ def test_a_missing_action_is_explained_from_the_ledger(tmp_path: Path) -> None:
     """A trial's "lost action" note says what the ledger holds: the call, FAILED, and why."""
     from pydantic import BaseModel
 
-    from effectgate._app import StateDir, open_agent
+    from effectgate import StateDir, open_agent
     from effectgate.errors import NotAccepted
     from effectgate.models import ScriptedChatModel
     from effectgate.testing.campaign._oracle import ledger_outcomes

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import Ledger, OpState, SqliteLedger
@@ -150,7 +150,7 @@ def test_crash_left_in_flight_row_for_write_file(
     with SqliteLedger(state_dir.ledger) as ledger:
         events = [(e.src, e.dst) for e in ledger.events(operation_id=op.operation_id)]
     assert (OpState.IN_FLIGHT, OpState.UNKNOWN) in events
-    from effectgate._app import open_agent
+    from effectgate import open_agent
 
     with open_agent(state_dir, endpoints=services.endpoints) as agent:
         answers = [m for m in agent.messages("t1") if getattr(m, "tool_call_id", None) == call_id]

@@ -21,7 +21,7 @@ import yaml
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.ledger import OpState, SqliteLedger
 from effectgate.testing.oracle import checkpoint_problems, world

@@ -20,7 +20,7 @@ from pathlib import Path
 from tests.answers._bind import bound
 
 import effectgate
-from effectgate._app import open_agent
+from effectgate import open_agent
 from effectgate.graph import Policy, RunStatus
 from effectgate.models import ScriptedChatModel
 

@@ -23,7 +23,7 @@ from langchain_core.outputs import ChatResult
 from langgraph.types import interrupt
 from pydantic import BaseModel
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError, OutcomeUnknown
 from effectgate.graph import Agent, RunStatus

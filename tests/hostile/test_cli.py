@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from tests.hostile.conftest import SECRET, World, assert_clean_error
 
 BAD_INPUT = 2

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from effectgate import submit
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent, submit
 from tests.hostile.conftest import SECRET
 
 CLI = [sys.executable, "-m", "effectgate.cli"]

@@ -19,7 +19,7 @@ import pytest
 from langgraph.types import Command
 from langgraph_sdk import get_sync_client
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.demo import DemoServices
 from effectgate.errors import DecisionError, UnknownInterruptError
 from effectgate.graph import Agent, RunStatus

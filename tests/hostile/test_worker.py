@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from tests.hostile.conftest import World, assert_clean_error
 
 BAD_INPUT = 2

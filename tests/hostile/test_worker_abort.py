@@ -15,8 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from effectgate import submit
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent, submit
 from effectgate.cli._workers import READY_LINE
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState

@@ -16,7 +16,7 @@ import pytest
 from tests.answers._bind import bound
 from tests.integration.test_resume_shortcut import APPROVE, SCRIPT, _agent, _pending_path
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.errors import DecisionError
 from effectgate.graph import RunStatus
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.answers._bind import bound
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError
 from effectgate.graph import RunStatus

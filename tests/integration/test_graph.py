@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from tests.answers._bind import bound
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate._clock import FakeClock
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError, DecisionError

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from langchain_core.messages import AIMessage, ToolMessage
 from tests.answers._bind import bound
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.graph import Agent, RunStatus
 from effectgate.ledger import OpState

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 from tests.answers._bind import bound
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.errors import ConfigError, ThreadBusyError
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.ledger import Lease, SqliteLedger

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from tests.answers._bind import bound
 from tests.integration._approvals import record_approval
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.graph import Agent, RunStatus
 from effectgate.ledger import OpState

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tests.answers._bind import bound
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.errors import DecisionError
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.graph import _agent as _agent_module

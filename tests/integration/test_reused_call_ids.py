@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from tests.answers._bind import bound
 from tests.integration._approvals import record_approval
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate._clock import SystemClock
 from effectgate.graph import Agent, Policy, RunResult, RunStatus, history_problems
 from effectgate.graph._nodes import make_agent_node

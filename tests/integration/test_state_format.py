@@ -16,7 +16,7 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, ToolMessage
 from tests.answers._bind import bound
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import OpState
 from effectgate.models import ScriptedChatModel

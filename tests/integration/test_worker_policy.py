@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from effectgate import submit
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent, submit
 from effectgate.cli._workers import WorkerOptions, work
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus

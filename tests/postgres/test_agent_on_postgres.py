@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError
 from effectgate.graph._pg_saver import StepDurablePostgresSaver, open_postgres_saver

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import EventKind, Lease, Operation, OpState, PostgresLedger

@@ -19,8 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from effectgate import submit
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent, submit
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, PostgresLedger
 from effectgate.testing.oracle import world

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from tests.conftest import run_worker

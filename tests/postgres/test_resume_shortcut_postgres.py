@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.graph._pg_saver import StepDurablePostgresSaver
 from effectgate.models import ScriptedChatModel

@@ -9,8 +9,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from effectgate import server
-from effectgate._app import StateDir
+from effectgate import StateDir, server
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, PostgresLedger
 from effectgate.testing.oracle import world

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from tests.cli.conftest import eg, finish, start
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate import submit
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent, submit
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, PostgresLedger

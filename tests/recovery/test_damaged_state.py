@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate._clock import FakeClock
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.errors import LedgerCorruptError, ThreadBusyError

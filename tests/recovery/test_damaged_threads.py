@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate import submit
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent, submit
 from tests._damage import damage_checkpoint, damage_thread_record
 from tests.cli.conftest import cli_env, eg
 

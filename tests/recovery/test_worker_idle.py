@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate._queue import Readiness, readiness
 from effectgate.cli._workers import WorkerOptions, work
 from effectgate.demo.services import DemoServices

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.cli._workers import READY_LINE
 from tests.cli.conftest import catches, start, wait_for
 from tests.recovery._kit import Lines

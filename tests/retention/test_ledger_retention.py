@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate._intent import intent_hash
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.errors import DecisionError, IntentConflictError

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 import yaml
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.errors import ConfigError
 from effectgate.graph import Agent, Policy, RunStatus

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from langgraph_sdk import get_sync_client
 
-from effectgate._app import StateDir
+from effectgate import StateDir
 from effectgate.demo import DemoServices
 from effectgate.testing.langgraph_dev import LangGraphDev as Server
 

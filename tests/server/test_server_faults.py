@@ -25,7 +25,7 @@ import psycopg
 import pytest
 import yaml
 
-from effectgate._app import StateDir, open_agent
+from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.graph import RunStatus
 from effectgate.ledger import OpState
