@@ -14,11 +14,11 @@ import pytest
 from langgraph.types import Command
 
 from effectgate import StateDir, open_agent
-from effectgate._clock import FakeClock
 from effectgate.errors import DecisionError
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.ledger import EventKind, OpState
 from effectgate.models import ScriptedChatModel
+from effectgate.testing import FakeClock
 from tests.cli.conftest import eg, write_script
 
 APPROVE = {"decisions": [{"type": "approve"}], "reviewer": "ann"}

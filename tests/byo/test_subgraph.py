@@ -147,8 +147,8 @@ def test_two_re_reviews_in_one_subgraph_task_answered_by_id(
 
     from langgraph.graph import START, StateGraph
 
-    from effectgate._clock import FakeClock
     from effectgate.graph import Policy
+    from effectgate.testing import FakeClock
     from tests.byo._agents import ParentState, build_user_graph
 
     ledger, saver = files

@@ -24,12 +24,12 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
 from effectgate import StateDir, default_tools
-from effectgate._clock import FakeClock
 from effectgate.demo.services import DemoServices
 from effectgate.errors import OrphanedOperationError
 from effectgate.graph import Policy
 from effectgate.ledger import OpState, SqliteLedger
 from effectgate.models import make_model
+from effectgate.testing import FakeClock
 from effectgate.testing.openai_server import FakeOpenAIServer, chat_reply
 from effectgate.testing.oracle import world
 

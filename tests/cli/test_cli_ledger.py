@@ -243,7 +243,7 @@ def test_reconcile_of_a_settled_operation_with_another_reference_is_refused(
 ) -> None:
     """Repeating a verdict is a no-op; a different reference is not silently ignored."""
     from effectgate import StateDir
-    from effectgate._clock import FakeClock
+    from effectgate.testing import FakeClock
     from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
 
     sd = StateDir.open(tmp_path / "state")

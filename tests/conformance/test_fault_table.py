@@ -43,12 +43,12 @@ from tests.conformance._experiments import (
 from tests.conftest import run_worker, worker_cmd
 
 from effectgate import StateDir
-from effectgate._clock import FakeClock
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from effectgate.dispatch import Dispatcher, DispatchStatus
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import Budget, EventKind, OpState, SqliteLedger
+from effectgate.testing import FakeClock
 from effectgate.testing.oracle import checkpoint_problems, world
 
 S = OpState

@@ -43,13 +43,13 @@ from tests.conformance._experiments import (
 from tests.conftest import run_worker
 
 from effectgate import StateDir, open_agent
-from effectgate._clock import FakeClock
 from effectgate._failpoints import EXIT_CODE, Failpoint
 from effectgate.demo.services import DemoServices
 from effectgate.dispatch import Dispatcher, DispatchStatus, Verdict
 from effectgate.errors import DecisionError, Rejected
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import Budget, EventKind, OpState, SqliteLedger
+from effectgate.testing import FakeClock
 from effectgate.testing.oracle import world
 from effectgate.tools import ToolContext
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from effectgate._clock import FakeClock
 from effectgate.errors import ClaimLostError
 from effectgate.ledger import Ledger, OpState, SqliteLedger
 from effectgate.ledger._postgres import is_postgres_url
+from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_request
 
 pytestmark = pytest.mark.crash

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._clock import FakeClock
 from effectgate.ledger import Budget, OpState, SqliteLedger
+from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_request
 
 pytestmark = pytest.mark.crash

@@ -13,12 +13,12 @@ from langchain_core.messages import AIMessage, ToolMessage
 from tests.answers._bind import bound
 
 from effectgate import StateDir, open_agent
-from effectgate._clock import FakeClock
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError, DecisionError
 from effectgate.graph import Agent, Policy, RunStatus
 from effectgate.ledger import OpState
 from effectgate.models import ScriptedChatModel
+from effectgate.testing import FakeClock
 from effectgate.testing.oracle import checkpoint_problems, world
 
 TASK = "Check the order service and handle any incident."

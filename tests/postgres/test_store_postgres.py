@@ -11,11 +11,11 @@ import psycopg
 import pytest
 
 from effectgate import errors
-from effectgate._clock import FakeClock
 from effectgate.ledger import EventKind, PostgresLedger, PostgresLedgerStore
 from effectgate.ledger._postgres import DatabaseClock, same_database, without_password
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS
 from effectgate.ledger._store import NewEvent, WriteOnce
+from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_request
 
 

@@ -20,7 +20,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from effectgate._clock import FakeClock
 from effectgate.errors import (
     ApprovalMismatchError,
     ClaimLostError,
@@ -36,6 +35,7 @@ from effectgate.ledger import (
     OpState,
     SqliteLedger,
 )
+from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
 
 S = OpState

@@ -16,10 +16,10 @@ import pytest
 from pydantic import BaseModel
 
 from effectgate import StateDir
-from effectgate._clock import FakeClock
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.errors import LedgerCorruptError, ThreadBusyError
 from effectgate.ledger import Approval, Lease, OpenRequest, OpState, SqliteLedger
+from effectgate.testing import FakeClock
 from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
 from tests.cli.conftest import eg
 

@@ -14,9 +14,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, StringConstraints
 
-from effectgate._clock import FakeClock
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.ledger import Approval, OpenRequest, OpState, Receipt, SqliteLedger
+from effectgate.testing import FakeClock
 from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
 from tests.answers._bind import bound
 

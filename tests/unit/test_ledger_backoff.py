@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._clock import FakeClock
 from effectgate.ledger import Budget, Operation, OpState, SqliteLedger, full_jitter_delay
+from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_request
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._clock import FakeClock
 from effectgate.errors import ConfigError, LedgerCorruptError, SchemaVersionError
 from effectgate.ledger import OpState, SqliteLedger
 from effectgate.ledger._migrations import LATEST_VERSION
+from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
 
 OP = "t1:c1"

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._clock import FakeClock
 from effectgate.errors import (
     ClaimLostError,
     ConfigError,
@@ -21,6 +20,7 @@ from effectgate.errors import (
 from effectgate.ledger import UNFINISHED, OpState, SqliteLedger
 from effectgate.ledger._migrations import LATEST_VERSION
 from effectgate.ledger._sqlite import _translate_error
+from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request
 
 
