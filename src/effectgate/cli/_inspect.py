@@ -46,7 +46,6 @@ from effectgate.errors import (
     DecisionError,
     LedgerCorruptError,
 )
-from effectgate.retention import deleted_threads
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
@@ -187,6 +186,10 @@ def threads(state_dir: Path, output: Output) -> int:
     unreadable: dict[str, str] = {}
     with ledger_if_any(sd) as ledger:
         records = _thread_records(ledger, unreadable)
+        # Deferred: retention reaches the graph (LangGraph's import, about a second
+        # of CPU), which the ledger commands, help and usage errors never need.
+        from effectgate.retention import deleted_threads
+
         gone = deleted_threads(ledger) if ledger is not None else {}
     live = [r for r in records if r.thread_id not in gone]
     statuses = {r.thread_id: st for r, st in (_statuses(sd, live, unreadable) if live else [])}
