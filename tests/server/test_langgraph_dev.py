@@ -208,7 +208,8 @@ def test_server_killed_after_the_external_commit_resumes_with_one_ticket(
     assert [i["id"] for i in _interrupts(client, thread_id)] == [first["id"]]
     # The server dies mid-request, as intended. The SDK would go on reconnecting
     # for about a minute, so the answer goes from a thread and the test waits for
-    # the server's death, not for the SDK to give up.
+    # the server's death, not for the SDK to give up. Its reconnects only join
+    # the run (GET); they never send the answer again.
     answer = {first["id"]: {"decisions": [_answer("approve")]}}
     sender = threading.Thread(target=_quiet_resume, args=(client, thread_id, answer), daemon=True)
     sender.start()
