@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from hypothesis import settings
 
 from effectgate import StateDir
 from effectgate.demo.services import DemoServices
+from tests._fork import python_m
 
 pytest_plugins = ("effectgate.testing.postgres",)  # postgres_database, postgres_url
 
@@ -65,11 +65,9 @@ def run_worker(
     env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_FAILPOINT"}
     if failpoint:
         env["EFFECTGATE_FAILPOINT"] = failpoint
-    proc = subprocess.run(
+    proc = python_m(
+        "effectgate.testing.worker",
         [
-            sys.executable,
-            "-m",
-            "effectgate.testing.worker",
             "--state-dir",
             str(state_dir.root),
             "--thread",
@@ -82,11 +80,8 @@ def run_worker(
             "--api",
             api,
         ],
-        capture_output=True,
-        text=True,
         env=env,
         timeout=timeout,
-        check=False,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     summary = json.loads(lines[-1]) if lines else {}

@@ -16,6 +16,7 @@ import pytest
 
 from effectgate.demo import read_mails, read_tickets
 from effectgate.ledger import OpState, SqliteLedger
+from tests._fork import python_m
 
 CLI = [sys.executable, "-m", "effectgate.cli"]
 NOTE = Path("incidents/orders-error-rate.md")
@@ -44,17 +45,12 @@ def cli_env() -> dict[str, str]:
 
 
 def eg(*args: str, timeout: float = 60, cwd: Path | None = None) -> Ran:
-    """Run ``effectgate ARGS`` with stdin closed (so never interactive) and wait for it."""
-    proc = subprocess.run(
-        [*CLI, *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(),
-        check=False,
-        cwd=cwd,
-    )
+    """Run ``effectgate ARGS`` with stdin closed (so never interactive) and wait for it.
+
+    The process is forked from a warm image (``tests/_fork.py``): a separate
+    process, without the second of start-up imports.
+    """
+    proc = python_m("effectgate.cli", args, env=cli_env(), timeout=timeout, cwd=cwd)
     return Ran(proc.returncode, proc.stdout, proc.stderr)
 
 

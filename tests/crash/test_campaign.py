@@ -25,7 +25,7 @@ from effectgate.testing.campaign import (
     run_campaign,
     summarize,
 )
-from effectgate.testing.campaign._forkserver import ForkServer
+from effectgate.testing.forkserver import ForkServer
 
 pytestmark = pytest.mark.crash
 
@@ -64,9 +64,13 @@ def test_fork_server_workers_are_killable_processes(tmp_path: Path) -> None:
         argv = ["--system", "effectgate", "--state-dir", str(tmp_path / "s"), "--thread", "t"]
         env = {**os.environ, "EFFECTGATE_FAILPOINT": ""}
         proc = server.spawn(["--go-file", str(tmp_path / "never"), *argv], env,
-                            tmp_path / "out", tmp_path / "err")  # fmt: skip
+                            tmp_path / "out", tmp_path / "err",
+                            module="effectgate.testing.campaign._worker")  # fmt: skip
         assert proc.pid != os.getpid()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        out = tmp_path / "out"
+        while not (out.exists() and out.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until it says READY (a readiness signal, not a clock)
         assert proc.wait(0) is None  # waiting for the go-file
         proc.kill()
         assert proc.wait(10) == -signal.SIGKILL

@@ -19,6 +19,7 @@ import pytest
 
 from effectgate.demo import DemoServices, FaultMode, ServiceEndpoints, read_mails, read_tickets
 from effectgate.demo._faults import check_loopback
+from effectgate.demo.services import published_endpoints, serving
 from effectgate.errors import ConfigError
 
 TICKET = {"title": "Disk full", "body": "95% used", "severity": "high", "alert_id": "a-1"}
@@ -70,7 +71,9 @@ def test_start_writes_endpoints_and_stop_ends_processes(tmp_path: Path) -> None:
         assert endpoints.mail_url.startswith("http://127.0.0.1:")
         assert endpoints.smtp_host == "127.0.0.1"
         saved = json.loads((tmp_path / "endpoints.json").read_text())
-        assert ServiceEndpoints(**saved) == endpoints
+        assert ServiceEndpoints(**{k: v for k, v in saved.items() if k != "owner"}) == endpoints
+        assert saved["owner"].split(":")[1] == str(os.getpid())  # who started them
+        assert published_endpoints(tmp_path) == endpoints
         assert services.alive("tickets")
         assert services.alive("mail")
         assert httpx.get(f"{endpoints.ticket_url}/tickets").json() == {"tickets": []}
@@ -211,6 +214,44 @@ def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
     for pid in survivors:  # never leak a server, even when the watchdog is broken
         os.kill(pid, signal.SIGKILL)
     assert survivors == []
+
+
+def test_servers_of_a_killed_parent_are_not_adopted_while_they_still_answer(
+    tmp_path: Path,
+) -> None:
+    """Right after ``kill -9`` of their owner the servers still answer; nobody may adopt them.
+
+    They exit only when their watchdog next looks (up to a quarter of a
+    second), so a ``resume`` started at once used to take them from
+    ``endpoints.json``, send its calls there and meet refused connections
+    (the ticket left NEEDS_RECONCILIATION). The file names its owner; once
+    the owner is proven gone, ``serving`` says no and the command starts its
+    own servers, which take the file over.
+    """
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        pids = json.loads(parent.stdout.readline())
+        published = published_endpoints(tmp_path)
+        assert published is not None and serving(tmp_path, published)  # owner alive
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    try:
+        assert published_endpoints(tmp_path) == published  # the file is still there
+        assert not serving(tmp_path, published)
+        with DemoServices(tmp_path) as mine:
+            assert mine.endpoints != published
+            assert published_endpoints(tmp_path) == mine.endpoints
+            assert serving(tmp_path, mine.endpoints)
+    finally:
+        for pid in pids:
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_two_starts_on_one_data_dir_do_not_clobber_each_other(tmp_path: Path) -> None:

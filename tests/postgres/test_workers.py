@@ -147,7 +147,7 @@ def test_a_review_answered_by_a_runner_that_died_is_resumed_by_a_worker(
     (else it waits forever for a reviewer with nothing to answer).
     """
     from effectgate._queue import Readiness, readiness
-    from effectgate.demo.services import ServiceEndpoints
+    from effectgate.demo.services import published_endpoints
     from tests.conftest import run_worker
 
     sd = StateDir.open(tmp_path / "state", store=postgres_url)
@@ -155,8 +155,7 @@ def test_a_review_answered_by_a_runner_that_died_is_resumed_by_a_worker(
         services.set_error_rate("orders", 0.12)
         died = run_worker(sd, "t0", failpoint=f"{Failpoint.AFTER_REVIEW_RECORDED}#1")
         assert died.returncode == EXIT_CODE, died.stderr[-2000:]
-        found = json.loads((sd.services / "endpoints.json").read_text())
-        endpoints = ServiceEndpoints(**found)  # the agent has the ticket and mail tools
+        endpoints = published_endpoints(sd.services)  # the agent has the ticket and mail tools
         with open_agent(sd, endpoints=endpoints) as agent:
             assert readiness(agent, "t0") is Readiness.UNFINISHED
         worker = _worker(sd, approve=False)

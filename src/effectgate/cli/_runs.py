@@ -460,13 +460,13 @@ def _running_services(sd: StateDir) -> ServiceEndpoints | None:
     meet. A damaged or stale file is no error here: the command starts its
     own servers, which write the file again.
     """
-    from effectgate.demo.services import answering, published_endpoints
+    from effectgate.demo.services import published_endpoints, serving
 
     try:
         found = published_endpoints(sd.services)
     except ConfigError:
         return None
-    return found if found is not None and answering(found) else None
+    return found if found is not None and serving(sd.services, found) else None
 
 
 def _prepare_demo(error_rate: float | None, output: Output) -> Callable[[DemoServices], None]:

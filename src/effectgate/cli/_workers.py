@@ -565,7 +565,8 @@ def _service_endpoints(path: Path, *, probe: bool = True) -> ServiceEndpoints | 
 
     Args:
         path: the state directory's ``services/endpoints.json``.
-        probe: ask the servers whether they answer (``demo.services.answering``).
+        probe: ask whether the servers can be used (``demo.services.serving``:
+            their owner process is not gone and they answer).
             A file naming servers that do not (an ``effectgate services`` that
             was killed, or stopped on another machine) is treated as absent,
             with one note on stderr: the worker then leaves the demo threads
@@ -581,10 +582,10 @@ def _service_endpoints(path: Path, *, probe: bool = True) -> ServiceEndpoints | 
         ConfigError: the file is damaged (``demo.services.published_endpoints``):
             the worker would otherwise send the tools' requests nowhere, or crash.
     """
-    from effectgate.demo.services import answering, published_endpoints
+    from effectgate.demo.services import published_endpoints, serving
 
     endpoints = published_endpoints(path.parent)
-    if endpoints is not None and probe and not answering(endpoints):
+    if endpoints is not None and probe and not serving(path.parent, endpoints):
         print(
             f"effectgate worker: {path} names demo services that do not answer "
             f"({endpoints.ticket_url}, {endpoints.mail_url}): taken as absent, their threads "

@@ -34,11 +34,20 @@ from typing import IO, Any, Literal
 
 import httpx
 
+from effectgate._process import new_worker_id, owner_is_gone
 from effectgate._untrusted import parse_json, read_regular_file
 from effectgate.demo._faults import ADMIN_TOKEN_HEADER, bind_address, write_ready_file
 from effectgate.errors import ConfigError, ServiceStartError
 
-__all__ = ["DemoServices", "ServiceEndpoints", "read_mails", "read_tickets"]
+__all__ = [
+    "DemoServices",
+    "ServiceEndpoints",
+    "answering",
+    "published_endpoints",
+    "read_mails",
+    "read_tickets",
+    "serving",
+]
 
 Service = Literal["tickets", "mail"]
 
@@ -47,6 +56,7 @@ DEMO_ERROR_RATE = 0.12
 TICKETS_DB = "tickets.sqlite3"
 MAIL_DB = "mail.sqlite3"
 ENDPOINTS_FILE = "endpoints.json"
+_OWNER = "owner"  # endpoints.json: the worker id of the process that started the servers
 _MODULES: dict[str, str] = {
     "tickets": "effectgate.demo.ticket_service",
     "mail": "effectgate.demo.mail_sink",
@@ -370,8 +380,11 @@ class DemoServices:
         )
         path = self.data_dir / ENDPOINTS_FILE
         found = _read_endpoints(path)
-        if found is None or found == previous or not answering(found):
-            write_ready_file(path, dataclasses.asdict(self._endpoints))
+        if found is None or found == previous or not serving(self.data_dir, found):
+            # the owner: a reader must not adopt servers whose process is gone
+            # (they exit within _PARENT_POLL_S of it, still answering until then)
+            published = {**dataclasses.asdict(self._endpoints), _OWNER: new_worker_id()}
+            write_ready_file(path, published)
             # The ready copies (pid, ports, admin token) go with the addresses:
             # another instance's stay while its servers answer.
             for service, running in self._running.items():
@@ -402,11 +415,24 @@ class DemoServices:
             running.log.close()
 
 
+def _read_published(path: Path) -> dict[str, Any] | None:
+    """An ``endpoints.json`` as a dict, or ``None`` (missing or not a JSON object)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _read_endpoints(path: Path) -> ServiceEndpoints | None:
     """The endpoints an ``endpoints.json`` names, or ``None`` (missing or not readable)."""
+    data = _read_published(path)
+    if data is None:
+        return None
+    data.pop(_OWNER, None)
     try:
-        return ServiceEndpoints(**json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
+        return ServiceEndpoints(**data)
+    except TypeError:
         return None
 
 
@@ -433,6 +459,7 @@ def published_endpoints(data_dir: str | os.PathLike[str]) -> ServiceEndpoints | 
     if not os.path.lexists(path):
         return None
     fields = {"ticket_url": str, "smtp_host": str, "smtp_port": int, "mail_url": str}
+    optional = {_OWNER: str}
     try:
         data = parse_json(read_regular_file(path))
     except (OSError, ValueError) as exc:
@@ -442,16 +469,47 @@ def published_endpoints(data_dir: str | os.PathLike[str]) -> ServiceEndpoints | 
         ) from None
     if (
         not isinstance(data, dict)
-        or set(data) != set(fields)
+        or not set(fields) <= set(data) <= set(fields) | set(optional)
         or not all(
-            isinstance(data[k], t) and not isinstance(data[k], bool) for k, t in fields.items()
+            isinstance(data[k], t) and not isinstance(data[k], bool)
+            for k, t in {**fields, **optional}.items()
+            if k in data
         )
     ):
         raise ConfigError(
             f"{path}: not the demo services' addresses (an object with "
             f"{', '.join(fields)}); run 'effectgate services' again or remove it"
         )
-    return ServiceEndpoints(**data)
+    return ServiceEndpoints(**{k: data[k] for k in fields})
+
+
+def serving(
+    data_dir: str | os.PathLike[str], endpoints: ServiceEndpoints, timeout_s: float = 0.5
+) -> bool:
+    """Whether the servers a published ``endpoints.json`` names may be used by another process.
+
+    The one test ``effectgate worker``, ``resume`` and ``DemoServices`` apply
+    to a file they did not write: the process that started the servers is
+    not proven gone (the file records it; ``effectgate._process.owner_is_gone``)
+    and both servers answer (``answering``). The owner check closes a race the
+    probe alone leaves open: servers whose owner was just killed exit only
+    when their parent watchdog next looks (within a quarter of a second), and
+    answer until then, so a command started right after a ``kill -9`` would
+    send its calls to servers about to vanish.
+
+    Args:
+        data_dir: the services' data directory (``<state dir>/services``).
+        endpoints: the addresses read from its ``endpoints.json``.
+        timeout_s: seconds each probe may take.
+
+    Returns:
+        False when the file's owner is proven gone or a server does not answer.
+    """
+    data = _read_published(Path(data_dir) / ENDPOINTS_FILE)
+    owner = data.get(_OWNER) if data is not None else None
+    if isinstance(owner, str) and owner_is_gone(owner):
+        return False
+    return answering(endpoints, timeout_s)
 
 
 def answering(endpoints: ServiceEndpoints, timeout_s: float = 0.5) -> bool:

@@ -38,13 +38,9 @@ DEFAULT_TASK = "Check the order service's error rate and handle any incident."
 
 
 def _endpoints(sd: StateDir) -> Any:
-    from effectgate.demo.services import ServiceEndpoints
+    from effectgate.demo.services import published_endpoints
 
-    path = sd.services / "endpoints.json"
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    return ServiceEndpoints(**data)
+    return published_endpoints(sd.services)
 
 
 def _decisions(request: dict[str, Any], mode: str) -> dict[str, Any]:

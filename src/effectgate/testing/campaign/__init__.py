@@ -75,11 +75,12 @@ def run_campaign(
     Returns:
         The results in the order of ``specs``.
     """
-    from effectgate.testing.campaign._forkserver import ForkServer
+    from effectgate.testing.campaign._worker import PRELOAD
+    from effectgate.testing.forkserver import ForkServer
 
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(ForkServer()) if fork_server else None
+        server = stack.enter_context(ForkServer(PRELOAD)) if fork_server else None
 
         def one(spec: TrialSpec) -> TrialResult:
             result = run_trial(spec, workdir, server=server, keep=keep)

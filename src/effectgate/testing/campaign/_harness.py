@@ -46,7 +46,7 @@ from effectgate.testing.campaign._trial import (
 )
 
 if TYPE_CHECKING:
-    from effectgate.testing.campaign._forkserver import ForkServer
+    from effectgate.testing.forkserver import ForkServer
 
 __all__ = [
     "EFFECTGATE_SEAMS",

@@ -49,7 +49,7 @@ from effectgate.testing.campaign._systems import EXIT_DONE, EXIT_HELD, NOTE, TAS
 from effectgate.testing.campaign._trial import TrialResult, TrialSpec, _Trial, _Worker
 
 if TYPE_CHECKING:
-    from effectgate.testing.campaign._forkserver import ForkServer
+    from effectgate.testing.forkserver import ForkServer
 
 __all__ = ["LEASE_TTL_S", "THREADS", "WORKERS", "review_until_settled", "run_pg_workers_trial"]
 

@@ -24,7 +24,6 @@ same demo services. Every driver returns a process exit code: 0 done,
 from __future__ import annotations
 
 import enum
-import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -97,8 +96,12 @@ class DriveOptions:
 
 
 def _endpoints(sd: StateDir) -> ServiceEndpoints:
-    data = json.loads((sd.services / "endpoints.json").read_text())
-    return ServiceEndpoints(**data)
+    from effectgate.demo.services import published_endpoints
+
+    found = published_endpoints(sd.services)
+    if found is None:
+        raise RuntimeError(f"no demo services published in {sd.services}")
+    return found
 
 
 def _model(fresh_ids: bool) -> ScriptedChatModel:

@@ -30,10 +30,11 @@ from effectgate.testing.campaign._systems import (
 )
 
 if TYPE_CHECKING:
-    from effectgate.testing.campaign._forkserver import ForkedProcess, ForkServer
+    from effectgate.testing.forkserver import ForkedProcess, ForkServer
 
 __all__ = ["TrialResult", "TrialSpec"]
 
+_WORKER_MODULE = "effectgate.testing.campaign._worker"
 _GATED_BY_EFFECTGATE = frozenset({System.EFFECTGATE, System.MIDDLEWARE, System.PG_WORKERS})
 """Systems whose seams are effectgate's failpoints."""
 _READY_TIMEOUT_S = 90.0
@@ -111,7 +112,7 @@ class _Popen:
     """A worker started as ``python -m ...`` (the mode without a fork server)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], stdout: Path, stderr: Path) -> None:
-        command = [sys.executable, "-m", "effectgate.testing.campaign._worker", *argv]
+        command = [sys.executable, "-m", _WORKER_MODULE, *argv]
         with stdout.open("ab") as out, stderr.open("ab") as err:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env
@@ -189,7 +190,8 @@ class _Trial:
         stderr = self.sd.root / "workers.log"
         stdout.touch()
         if self.server is not None:
-            return _Worker(self.server.spawn(argv, env, stdout, stderr), stdout)
+            proc = self.server.spawn(argv, env, stdout, stderr, module=_WORKER_MODULE)
+            return _Worker(proc, stdout)
         return _Worker(_Popen(argv, env, stdout, stderr), stdout)
 
     def record(self, worker: _Worker, code: int) -> int:

@@ -15,25 +15,33 @@ at a failpoint or seam.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
 from effectgate.testing.campaign._systems import DriveOptions, System, drive
+from effectgate.testing.forkserver import DEFAULT_PRELOAD
 
-__all__ = ["main"]
+__all__ = ["PRELOAD", "main"]
 
 _GO_TIMEOUT_S = 60.0
 _GO_POLL_S = 0.002
 
 
+#: What a campaign worker imports before READY (and its fork server before it forks).
+PRELOAD: tuple[str, ...] = (
+    *DEFAULT_PRELOAD,
+    "effectgate.testing.campaign._tools",
+    "effectgate.testing.campaign._worker",
+)
+
+
 def import_everything() -> None:
     """Pay every import before READY; they take most of a worker's lifetime."""
-    import effectgate.cli._app
-    import effectgate.graph
-    import effectgate.testing.campaign._tools
-    import effectgate.testing.worker  # noqa: F401
+    for name in PRELOAD:
+        importlib.import_module(name)
 
 
 def _wait_for(go_file: Path) -> None:
