@@ -213,11 +213,11 @@ import sys
 SENDER = """
 import json, sys
 from effectgate import StateDir, open_agent
-from effectgate.demo import ServiceEndpoints
+from effectgate.demo.services import published_endpoints
 
 state_dir, model, answers = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 sd = StateDir.open(state_dir)
-endpoints = ServiceEndpoints(**json.loads((sd.services / "endpoints.json").read_text()))
+endpoints = published_endpoints(sd.services)
 with open_agent(sd, model=model, endpoints=endpoints) as agent:
     print(agent.resume("incident-1", answers=answers).status.value)
 """
