@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -193,20 +193,30 @@ _ORPHAN_SCRIPT = textwrap.dedent(
 )
 
 
-def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
-    """SIGKILL the process that started the services: both servers exit on their own."""
+def _start_then_kill_parent(data_dir: Path, while_alive: Callable[[], None]) -> list[int]:
+    """Start services from a child process, call ``while_alive``, SIGKILL the child, reap it.
+
+    Returns the servers' pids (alive when the child printed them).
+    """
     parent = subprocess.Popen(
-        [sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path)],
+        [sys.executable, "-c", _ORPHAN_SCRIPT, str(data_dir)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert parent.stdout is not None
-        pids = json.loads(parent.stdout.readline())
+        pids: list[int] = json.loads(parent.stdout.readline())
         assert all(_pid_alive(pid) for pid in pids)
+        while_alive()
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
+    return pids
+
+
+def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
+    """SIGKILL the process that started the services: both servers exit on their own."""
+    pids = _start_then_kill_parent(tmp_path, lambda: None)
     deadline = time.monotonic() + 5
     while any(_pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -228,19 +238,15 @@ def test_servers_of_a_killed_parent_are_not_adopted_while_they_still_answer(
     the owner is proven gone, ``serving`` says no and the command starts its
     own servers, which take the file over.
     """
-    parent = subprocess.Popen(
-        [sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert parent.stdout is not None
-        pids = json.loads(parent.stdout.readline())
+    seen: list[ServiceEndpoints] = []
+
+    def while_alive() -> None:
         published = published_endpoints(tmp_path)
         assert published is not None and serving(tmp_path, published)  # owner alive
-    finally:
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
+        seen.append(published)
+
+    pids = _start_then_kill_parent(tmp_path, while_alive)
+    (published,) = seen
     try:
         assert published_endpoints(tmp_path) == published  # the file is still there
         assert not serving(tmp_path, published)
