@@ -29,6 +29,8 @@ __all__ = ["DEFAULT_SYSTEM_PROMPT", "StateDir", "default_tools", "open_agent"]
 
 _MARKER = "effectgate.json"
 _FORMAT = 1
+_FILES_KEY = "files"
+"""The marker's list of SQLite state files that exist and must not be recreated empty."""
 _FORMAT_STORE = 2
 """The marker's format when the ledger and checkpoints live in PostgreSQL: a build
 that knows only format 1 refuses the directory instead of opening an empty
@@ -75,19 +77,88 @@ class StateDir:
         """The demo ticket service's and mail sink's own data."""
         return self.root / "services"
 
-    def open_ledger(self) -> Ledger:
-        """Open this state's ledger: the SQLite file, or ``PostgresLedger`` on ``store``."""
+    def open_ledger(self, *, clock: Clock | None = None) -> Ledger:
+        """Open this state's ledger: the SQLite file, or ``PostgresLedger`` on ``store``.
+
+        Raises:
+            LedgerCorruptError: the directory has run threads on its SQLite
+                ledger, and that file is now missing or empty (0 bytes): a new
+                ledger would not know the effects the old one recorded.
+        """
         if self.store is not None:
             from effectgate.ledger import PostgresLedger
 
-            return PostgresLedger(self.store)
+            return PostgresLedger(self.store, clock=clock)
         from effectgate.ledger import SqliteLedger
 
-        return SqliteLedger(self.ledger)
+        self._refuse_lost(self.ledger)
+        return SqliteLedger(self.ledger, clock=clock)
+
+    def _refuse_lost(self, *paths: Path) -> None:
+        """Refuse to recreate a SQLite state file this directory has already used.
+
+        The marker lists the two files once a thread store was opened on both
+        (``_record_files``). SQLite takes a missing or 0-byte file for a new,
+        empty database, so without this a lost ledger would be recreated
+        empty and every effect it recorded dispatched again (the checkpoints
+        still lead there), and a lost checkpoint file would start each thread
+        over.
+
+        Raises:
+            LedgerCorruptError: ``ledger.sqlite3`` is listed and lost.
+            CheckpointCorruptError: ``checkpoints.sqlite3`` is listed and lost.
+        """
+        from effectgate.errors import CheckpointCorruptError, LedgerCorruptError
+
+        listed = _read_marker(self.root / _MARKER).get(_FILES_KEY) or []
+        for path in paths:
+            if path.name not in listed:
+                continue
+            size = path.stat().st_size if path.is_file() else None
+            if size:
+                continue
+            what = "is missing" if size is None else "is empty (0 bytes)"
+            if path == self.ledger:
+                raise LedgerCorruptError(
+                    f"{path} {what}, but this state directory has run threads on it: a new "
+                    "ledger would not know which effects already happened, and would dispatch "
+                    "them again. Restore the file from a backup; or, to start over, use a new "
+                    "--state-dir (the external systems keep what was done)"
+                )
+            raise CheckpointCorruptError(
+                f"{path} {what}, but this state directory has run threads on it: their "
+                "progress is lost (the ledger still lists every operation and its outcome: "
+                "`effectgate ledger list`). Restore the file from a backup; or, to start "
+                "over, use a new --state-dir"
+            )
+
+    def _record_files(self) -> None:
+        """List both SQLite state files in the marker, once both exist with their schema.
+
+        From then on ``_refuse_lost`` refuses to recreate either. Written by
+        replacing the marker (atomic on POSIX); concurrent writers write the
+        same content.
+        """
+        marker = self.root / _MARKER
+        data = _read_marker(marker)
+        names = sorted({self.checkpoints.name, self.ledger.name})
+        if data.get(_FILES_KEY) == names:
+            return
+        data[_FILES_KEY] = names
+        tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data) + "\n")
+        os.replace(tmp, marker)
 
     def has_ledger(self) -> bool:
-        """Tell whether a ledger may hold anything yet (its SQLite file exists, or a store)."""
-        return self.store is not None or self.ledger.is_file()
+        """Tell whether a ledger may hold anything yet.
+
+        True with a store, when the SQLite file exists, or when the marker
+        lists it (it was lost: ``open_ledger`` then says so, rather than a
+        command reporting "unknown thread").
+        """
+        if self.store is not None or self.ledger.is_file():
+            return True
+        return self.ledger.name in (_read_marker(self.root / _MARKER).get(_FILES_KEY) or [])
 
     @classmethod
     def open(cls, path: str | Path, *, create: bool = True, store: str | None = None) -> StateDir:
@@ -298,13 +369,25 @@ def _open_stores(
 ) -> tuple[Ledger, BaseCheckpointSaver[Any]]:
     """Open the ledger and the checkpointer ``store`` names; ``stack`` closes them."""
     from effectgate.graph import StepDurableSaver
-    from effectgate.ledger import SqliteLedger
 
     if store is not None:
         from effectgate._postgres_app import open_postgres_stores
 
         return open_postgres_stores(stack, store, clock)
+    sd._refuse_lost(sd.checkpoints, sd.ledger)
     conn = _open_checkpoints(sd.checkpoints)
     stack.callback(conn.close)
-    ledger = stack.enter_context(SqliteLedger(sd.ledger, clock=clock))
-    return ledger, StepDurableSaver(conn)
+    ledger = stack.enter_context(sd.open_ledger(clock=clock))
+    saver = StepDurableSaver(conn)
+    saver.setup()  # the schema exists before the marker lists the file
+    sd._record_files()
+    return ledger, saver
+
+
+def _read_marker(marker: Path) -> dict[str, Any]:
+    """Return the marker's JSON object (``{}`` if it holds none); ``StateDir._open`` vetted it."""
+    try:
+        data = json.loads(read_regular_file(marker, max_bytes=4096) or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
