@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -203,17 +204,36 @@ def parse_json(text: str, *, max_depth: int = MAX_DEPTH, unique_keys: bool = Fal
 
     Raises:
         json.JSONDecodeError: invalid JSON, a repeated key (``unique_keys``),
+            a string holding a lone surrogate escape (an escaped U+D800 to U+DFFF alone: no text
+            can hold it; it would fail later, wherever it is first encoded),
             or ``TooDeepError`` (a subclass) when nested deeper than ``max_depth``.
     """
     check_json_depth(text, max_depth)
     try:
         if unique_keys:
-            return json.loads(text, object_pairs_hook=_unique_object)
-        return json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_object)
+        else:
+            data = json.loads(text)
     except json.JSONDecodeError:
         raise
     except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
         raise json.JSONDecodeError(f"value refused ({exc})", text, 0) from None
+    escape = _SURROGATE_ESCAPE.search(text)
+    if escape is not None:
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise json.JSONDecodeError(
+                "a \\uD800-\\uDFFF escape that is not half of a pair: not Unicode text "
+                "(RFC 8259, 8.2)",
+                text,
+                escape.start(),
+            ) from None
+    return data
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+"""A ``\\u`` escape of a UTF-16 surrogate; only a lone one (no pair) is refused."""
 
 
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -64,6 +64,12 @@ DECISIONS: list[tuple[str, Callable[[Path], None], str]] = [
     ("huge", _bytes(b" " * (5 * 1024 * 1024)), "over"),
     ("not-utf8", _bytes(b'{"decisions": ["\xff\xfe"]}'), "cannot be read"),
     ("empty", _text(""), "invalid JSON"),
+    # a lone surrogate escape: before, exit 4 with error_type null (it failed at storage)
+    (
+        "lone-surrogate",
+        _text('{"decisions": [{"type": "reject", "message": "\\ud800"}]}'),
+        "not half of a pair",
+    ),
     (
         "huge-integer",
         _text('{"decisions": [{"type": "approve"}], "x": 1' + "0" * 5000 + "}"),

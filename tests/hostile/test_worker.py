@@ -105,11 +105,35 @@ NOT_UTF8 = b"fix \xff\xfe it".decode("utf-8", "surrogateescape")
         ["run", "a task", "--model", "scripted:incident", "--thread", NOT_UTF8],
         ["run", "a task", "--model", "scripted:incident", "--reviewer", NOT_UTF8],
         ["resume", "--thread", NOT_UTF8],
+        # before, each of these ended in a UnicodeEncodeError traceback
+        ["ledger", "show", NOT_UTF8],
+        ["ledger", "list", "--tool", NOT_UTF8],
+        ["reconcile", NOT_UTF8, "--failed"],
+        ["reconcile", "op-1", "--succeeded", NOT_UTF8],
+        ["reconcile", "op-1", "--failed", "--evidence", NOT_UTF8],
+        ["lease", "break", "--thread", "t", "--reason", NOT_UTF8],
+        ["lease", "break", "--thread", "t", "--reason", "r", "--by", NOT_UTF8],
+        ["run", "a task", "--model", "scripted:incident", "--request-id", NOT_UTF8],
+        ["run", "a task", "--model", "openai:m", "--base-url", NOT_UTF8],
     ],
-    ids=["message", "thread", "reviewer", "resume-thread"],
+    ids=[
+        "message",
+        "thread",
+        "reviewer",
+        "resume-thread",
+        "ledger-show",
+        "ledger-list-tool",
+        "reconcile-operation",
+        "reconcile-succeeded",
+        "reconcile-evidence",
+        "lease-break-reason",
+        "lease-break-by",
+        "run-request-id",
+        "run-base-url",
+    ],
 )
 def test_non_utf8_argument_is_one_line_exit_2(world: World, args: list[str]) -> None:
-    """Non-UTF-8 bytes in a message, ``--thread`` or ``--reviewer``: refused, nothing run."""
+    """Non-UTF-8 bytes in any word of the command line: refused, nothing run or written."""
     ran = world.run(*args)
     assert_clean_error(ran, BAD_INPUT, "not valid UTF-8")
     world.assert_outside_untouched()

@@ -19,7 +19,13 @@ import typer.core
 from effectgate import _failpoints
 from effectgate.cli import _inspect, _lease, _loader, _recovery
 from effectgate.cli._exit import EXIT_CODE_HELP
-from effectgate.cli._output import DEFAULT_STATE_DIR, Output, command_hint, handled
+from effectgate.cli._output import (
+    CLICK_ERRORS,
+    DEFAULT_STATE_DIR,
+    Output,
+    command_hint,
+    handled,
+)
 from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_resume, run_task
 from effectgate.cli._signals import Mode
 from effectgate.errors import ConfigError
@@ -60,7 +66,38 @@ _typer_option_type: Any = getattr(typer.core.TyperOption, "display_type_rich", N
 if _typer_option_type is not None:
     typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
 
+
+class _Utf8Group(typer.core.TyperGroup):
+    """The command group: refuses any command-line word that is not UTF-8 text.
+
+    The shell may pass bytes that decode to no characters; Python keeps them
+    as lone surrogates (``surrogateescape``), which cannot be stored in the
+    ledger, compared as a name, or printed. Checked here, once for every
+    option and argument of every command, before any of them is used: a
+    usage error (exit 2) naming the word, instead of a ``UnicodeEncodeError``
+    traceback from wherever it first met an encoder.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Refuse a non-UTF-8 word in ``args``, then parse as usual.
+
+        Raises:
+            click.UsageError: a word holds lone surrogates (typer's own click).
+        """
+        for word in args:
+            try:
+                word.encode("utf-8")
+            except UnicodeEncodeError:
+                raise CLICK_ERRORS.UsageError(
+                    f"{word!a}: not valid UTF-8 text (the bytes shown as \\udcXX); "
+                    "effectgate takes only UTF-8 on its command line",
+                    ctx,
+                ) from None
+        return list(super().parse_args(ctx, args))
+
+
 app = typer.Typer(
+    cls=_Utf8Group,
     name="effectgate",
     help=_HELP,
     epilog=EXIT_CODE_HELP,
