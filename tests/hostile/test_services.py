@@ -179,3 +179,26 @@ def test_admin_token_is_per_run_and_private(services: DemoServices, tmp_path: Pa
     assert "admin_token" in ready.read_text()
     assert "admin_token" not in (services.data_dir / "endpoints.json").read_text()
     services.set_fault("tickets", "normal")  # DemoServices itself carries the token
+
+
+def test_a_published_smtp_port_nothing_listens_on_is_not_answering(
+    services: DemoServices,
+) -> None:
+    """The probe covers the SMTP server the mail tools send to, not only the two HTTP servers.
+
+    Before, an ``endpoints.json`` whose ``smtp_port`` named a closed port passed
+    the probe: the worker adopted it and the approved mail ended FAILED.
+    """
+    import dataclasses
+    import socket
+
+    from effectgate.demo.services import answering
+
+    assert answering(services.endpoints)
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    assert not answering(dataclasses.replace(services.endpoints, smtp_port=closed))
+    # an HTTP server where the SMTP server should be: it answers, but not with a 220 greeting
+    http_port = int(services.endpoints.ticket_url.rsplit(":", 1)[1])
+    assert not answering(dataclasses.replace(services.endpoints, smtp_port=http_port))

@@ -28,6 +28,16 @@ ENDPOINTS: list[tuple[str, Callable[[Path], None]]] = [
             '{"ticket_url": 1, "smtp_host": "h", "smtp_port": "25", "mail_url": "u"}'
         ),
     ),
+    *(
+        (
+            f"smtp-port-{port}",
+            lambda p, port=port: p.write_text(
+                '{"ticket_url": "http://127.0.0.1:1", "smtp_host": "127.0.0.1", '
+                f'"smtp_port": {port}, "mail_url": "http://127.0.0.1:2"}}'
+            ),
+        )
+        for port in (99999, -1, 0)
+    ),
     ("a-directory", lambda p: p.mkdir()),
     ("a-fifo", lambda p: __import__("os").mkfifo(p)),
 ]

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -453,7 +454,8 @@ def published_endpoints(data_dir: str | os.PathLike[str]) -> ServiceEndpoints | 
 
     Raises:
         ConfigError: the file exists but is not a regular file, not UTF-8
-            JSON, or not an object of the four fields with their types.
+            JSON, not an object of the four fields with their types, or its
+            ``smtp_port`` is outside 1 to 65535.
     """
     path = Path(data_dir) / ENDPOINTS_FILE
     if not os.path.lexists(path):
@@ -479,6 +481,11 @@ def published_endpoints(data_dir: str | os.PathLike[str]) -> ServiceEndpoints | 
         raise ConfigError(
             f"{path}: not the demo services' addresses (an object with "
             f"{', '.join(fields)}); run 'effectgate services' again or remove it"
+        )
+    if not 1 <= data["smtp_port"] <= 65535:
+        raise ConfigError(
+            f"{path}: smtp_port {data['smtp_port']} is not a TCP port (1 to 65535); "
+            "run 'effectgate services' again or remove it"
         )
     return ServiceEndpoints(**{k: data[k] for k in fields})
 
@@ -513,7 +520,7 @@ def serving(
 
 
 def answering(endpoints: ServiceEndpoints, timeout_s: float = 0.5) -> bool:
-    """Whether both HTTP servers ``endpoints`` names answer at all (any status).
+    """Whether the three servers ``endpoints`` names answer at all.
 
     The one probe of a published ``endpoints.json``: ``DemoServices`` asks it
     before writing over another instance's file, and ``effectgate worker``
@@ -521,16 +528,24 @@ def answering(endpoints: ServiceEndpoints, timeout_s: float = 0.5) -> bool:
     -9`` leaves it behind, naming ports nothing listens on).
 
     Args:
-        endpoints: the addresses to probe (``ticket_url`` and ``mail_url``).
-        timeout_s: seconds each ``GET /`` may take (connect and read).
+        endpoints: the addresses to probe: ``ticket_url`` and ``mail_url``
+            (any HTTP status), and the SMTP server at ``smtp_host:smtp_port``
+            (its ``220`` greeting; the mail tools send there).
+        timeout_s: seconds each probe may take (connect and read).
 
     Returns:
-        True when both answered with any HTTP status; False when either
-        refused, timed out or broke the exchange (no exception escapes).
+        True when all three answered; False when one refused, timed out or
+        broke the exchange (no exception escapes).
     """
     for url in (endpoints.ticket_url, endpoints.mail_url):
         try:
             httpx.get(url + "/", timeout=timeout_s)
         except httpx.HTTPError:
             return False
-    return True
+    try:
+        with socket.create_connection(
+            (endpoints.smtp_host, endpoints.smtp_port), timeout=timeout_s
+        ) as conn:
+            return conn.recv(3) == b"220"
+    except (OSError, OverflowError, ValueError):  # refused, timed out, a port out of range
+        return False
