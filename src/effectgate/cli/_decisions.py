@@ -263,19 +263,35 @@ class FileDecisions:
             self._reviews.remove(entry)
         return self._answer(matching[0][1], request)
 
-    def leftover(self) -> list[dict[str, Any]]:
-        """The review answers no pending review took, each as given (with its binding)."""
+    def leftover(self, ahead: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+        """The review answers no pending review took, each as given (with its binding).
+
+        Args:
+            ahead: tells an operation id no review has shown yet (the ledger
+                holds no such operation). An answer bound by its calls'
+                operation ids, all of them ahead, answers a later review of
+                the same run (a file answering successive reviews): it stays
+                for that review instead of being judged now. ``None``: every
+                answer is returned (the run is over).
+
+        Returns:
+            The answers taken out of the file; answers kept for later reviews stay.
+        """
         out = []
+        kept = []
         one = OneAnswerEach("decisions file")
         for entry in self._reviews:
             thing = f"review {entry.get('interrupt_id')}" if "interrupt_id" in entry else None
             if thing is None:
-                named = [(d.get("operation_id"), d.get("intent_hash")) for d in entry["decisions"]]
-                thing = f"the review of {', '.join(str(o) for o, _ in named)}"
+                ops = [str(d.get("operation_id")) for d in entry["decisions"]]
+                if ahead is not None and all(ahead(op_id) for op_id in ops):
+                    kept.append(entry)
+                    continue
+                thing = f"the review of {', '.join(ops)}"
             if one.add(thing, entry, f"entry {self._index[id(entry)]}"):
                 decisions = list(entry["decisions"])
                 out.append({"reviewer": self.reviewer, **entry, "decisions": decisions})
-        self._reviews = []
+        self._reviews = kept
         return out
 
     def _answer(self, entry: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:

@@ -188,7 +188,18 @@ def _answer(
         if verdict is not None:
             answers.answers[item.id] = verdict
     if isinstance(source, FileDecisions):
-        _leftover(source, answers)
+        # answers to calls neither shown now nor recorded wait for their own, later review
+        shown = {
+            str(action.get("operation_id"))
+            for item in pending
+            if item.kind == "review"
+            for action in item.value.get("action_requests", [])
+        }
+        _leftover(
+            source,
+            answers,
+            ahead=lambda op_id: op_id not in shown and agent.ledger.get(op_id) is None,
+        )
     if not answers.answers and answers.decisions is None:
         return None
     return answers
@@ -206,11 +217,16 @@ def _review(item: PendingInterrupt, source: DecisionSource, agent: Agent, stoppe
     return _ask(source, stopper, partial(source.review, value))
 
 
-def _leftover(source: FileDecisions, answers: _Answers) -> None:
-    """The file's answers to interrupts not pending go to the agent, which judges them."""
+def _leftover(
+    source: FileDecisions, answers: _Answers, ahead: Callable[[str], bool] | None = None
+) -> None:
+    """The file's answers to interrupts not pending go to the agent, which judges them.
+
+    ``ahead`` (``FileDecisions.leftover``) keeps the answers to calls not proposed yet.
+    """
     for interrupt_id, given in source.take_unused_answers().items():
         answers.answers.setdefault(interrupt_id, given)
-    for entry in source.leftover():
+    for entry in source.leftover(ahead):
         pinned = entry.pop("interrupt_id", None)
         if pinned is not None:
             answers.answers[pinned] = entry
