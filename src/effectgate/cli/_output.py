@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 from rich.console import Console
@@ -54,6 +54,12 @@ class Output:
     notes: list[str] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
     """Lines (rich markup) kept for the end of the command: ``last``, ``flush_last``."""
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    """Where the ``--json`` object goes: the command's stdout as it was when it began.
+
+    While ``handled`` runs a ``--json`` command, ``sys.stdout`` is stderr, so
+    that what your own code prints (an ``--agent`` factory, a tool) cannot
+    break the one JSON object on stdout."""
 
     @property
     def ui(self) -> Console:
@@ -87,8 +93,8 @@ class Output:
 
     def emit_json(self, value: Any) -> None:
         """Print the command's single JSON object on stdout."""
-        sys.stdout.write(dumps(value) + "\n")
-        sys.stdout.flush()
+        self.stdout.write(dumps(value) + "\n")
+        self.stdout.flush()
 
 
 def command_hint(state_dir: Path | None, *args: str) -> str:
@@ -172,6 +178,30 @@ def _interrupted(thread_id: str | None, state_dir: Path | None) -> str:
     return f"{what} before the thread was started: nothing was started; re-run the same command"
 
 
+_JSON_STDOUT: list[TextIO] = []
+"""The stdout of each ``--json`` command running in ``handled``, innermost last."""
+
+
+def json_stdout() -> TextIO:
+    """The stream a ``--json`` command's own output goes to: its stdout as it began.
+
+    Inside ``handled`` ``sys.stdout`` is stderr (``_json_only``); writers of
+    JSON lines (``worker --json``) use this. Outside one, ``sys.stdout``.
+    """
+    return _JSON_STDOUT[-1] if _JSON_STDOUT else sys.stdout
+
+
+@contextlib.contextmanager
+def _json_only(output: Output) -> Iterator[None]:
+    """Send ``sys.stdout`` to stderr for the block; ``json_stdout`` keeps the real one."""
+    _JSON_STDOUT.append(output.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _JSON_STDOUT.pop()
+
+
 @contextlib.contextmanager
 def handled(
     output: Output,
@@ -189,7 +219,8 @@ def handled(
     whether ``resume`` continues the thread or nothing was started. Any other
     exception propagates with its traceback (exit status 1). The lines kept
     by ``Output.last`` (a run's status line) are printed when the block ends,
-    so they are the command's last lines.
+    so they are the command's last lines. With ``--json``, ``sys.stdout`` is
+    stderr inside the block: only ``Output.emit_json`` writes to stdout.
 
     Args:
         output: where the message (and, with ``--json``, an error object) goes.
@@ -204,8 +235,10 @@ def handled(
     Raises:
         typer.Exit: always, when an error was handled.
     """
+    # --json: stdout carries the one object; anything else printed goes to stderr
+    quiet = _json_only(output) if output.json_mode else contextlib.nullcontext()
     try:
-        with STOPPER.command(mode, output.note, reads_stop=reads_stop):
+        with quiet, STOPPER.command(mode, output.note, reads_stop=reads_stop):
             yield
     except EffectgateError as exc:
         output.flush_last()

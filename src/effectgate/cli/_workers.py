@@ -480,7 +480,9 @@ def run_worker_processes(
 
 def report_line(data: Mapping[str, Any]) -> None:
     """Print one JSON line on stdout (the worker's progress format with ``--json``)."""
-    print(json.dumps(dict(data), default=str), flush=True)
+    from effectgate.cli._output import json_stdout
+
+    print(json.dumps(dict(data), default=str), file=json_stdout(), flush=True)
 
 
 def report_text(data: Mapping[str, Any]) -> None:
