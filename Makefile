@@ -40,7 +40,7 @@ typecheck: $(VENV)/.installed-test
 
 # Three pytest workers on two cores: a third of the suite's time is spent waiting
 # (on child processes, servers and slow-service faults), so a third worker fills
-# it (measured on 2 cores: 1,137 s with -n 2, 912 s with -n 3, same 1,578 tests).
+# it (measured on 2 cores: 1,137 s with -n 2, 912 s with -n 3, the same tests passed both ways).
 test: $(VENV)/.installed-test lint typecheck
 	$(BIN)/python -m pytest -n 3 -q tests
 

@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -92,8 +93,12 @@ def _child(request: dict[str, Any]) -> None:
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        time.tzset()  # TZ is read once per process: read the child's
         if request.get("cwd"):
             os.chdir(request["cwd"])
+        # ``python -m`` puts the working directory first on sys.path (the
+        # server's own start did so for the server's directory)
+        sys.path[0] = os.getcwd()
         random.seed()  # the forked image shares the server's random state
         sys.argv = [request["module"], *request["argv"]]
         try:
