@@ -67,6 +67,9 @@ FACTORIES: list[tuple[str, str, str]] = [
     ("exit-3", "sys.exit(3)", "sys.exit(3)"),
     ("exit-4", "sys.exit(4)", "sys.exit(4)"),
     ("exit-message", "sys.exit('bye')", "sys.exit"),
+    # a BaseException subclass that is neither SystemExit nor KeyboardInterrupt: was a traceback
+    ("base-exception", "raise type('Boom', (BaseException,), {})('boom')", "Boom: boom"),
+    ("generator-exit", "raise GeneratorExit", "GeneratorExit"),
 ]
 
 

@@ -125,8 +125,11 @@ def load_recipe(spec: str, sd: StateDir) -> AgentRecipe:
         made = target(sd) if takes_dir else target()
     except SystemExit as exc:  # its code would pose as one of ours (3 reconciliation, 4 review)
         raise ConfigError(f"--agent {spec!r}: the factory called sys.exit({exc.code!r})") from None
-    except Exception as exc:
-        raise ConfigError(f"--agent {spec!r}: the factory failed: {exc}") from exc
+    except KeyboardInterrupt:
+        raise  # Ctrl-C (or the CLI's signal handling) while the factory ran: exit 5
+    except BaseException as exc:  # noqa: BLE001 - your code may raise any BaseException subclass
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise ConfigError(f"--agent {spec!r}: the factory failed: {why}") from None
     if isinstance(made, Mapping):
         try:
             made = AgentRecipe(**made)
@@ -193,10 +196,12 @@ def _import(spec: str, module_name: str) -> Any:
         raise ConfigError(
             f"--agent {spec!r}: importing {module_name!r} called sys.exit({exc.code!r})"
         ) from None
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a module may raise any BaseException subclass
         raise ConfigError(
             f"--agent {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        ) from None
 
 
 def _agents_path(sd: StateDir) -> Path:
