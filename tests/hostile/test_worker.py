@@ -7,6 +7,7 @@ planted secret in neither SQLite file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,3 +163,23 @@ def test_store_schema_missing_from_search_path_is_one_line_exit_2(
     ran = world.run("worker", "--until-idle", "--store", url)
     assert_clean_error(ran, BAD_INPUT, "search_path")
     assert "pw-hostile-91ab" not in ran.stdout + ran.stderr
+
+
+def test_a_follow_up_turn_is_not_listed_by_the_worker_as_a_thread(world: World) -> None:
+    """A follow-up's ledger record ``T#turn-2`` belongs to ``T``: the worker never takes it.
+
+    Before, it was listed as a thread of its own and skipped with "the task is empty".
+    """
+    call = {"name": "write_file", "args": {"path": "a.md", "content": "x"}}
+    script = world.root / "model.json"
+    script.write_text(json.dumps({"name": "t", "final": "done", "turns": [{"tool_calls": [call]}]}))
+    model = f"scripted:{script}"
+    first = world.run("run", "task", "--model", model, "--thread", "w1", "--approve", "all")
+    assert first.code == 0, first.stderr
+    again = world.run("run", "again", "--model", model, "--thread", "w1")
+    assert again.code == 4, again.stderr  # the follow-up's call waits for review
+    ran = world.run("worker", "--until-idle", "--json", "--model", model, "--approve", "all")
+    assert ran.code == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stdout.splitlines()]
+    assert all("#turn-" not in str(line.get("thread_id")) for line in lines), lines
+    assert "worker" in lines[-1]  # the summary line: the scan ran to its end

@@ -94,7 +94,7 @@ def failpoint_names() -> list[str]:
     return [point.value for point in Failpoint]
 
 
-def _thread_records(ledger: Ledger | None, unreadable: dict[str, str]) -> list[ThreadRecord]:
+def thread_records(ledger: Ledger | None, unreadable: dict[str, str]) -> list[ThreadRecord]:
     """The ledger's threads, without the records of their follow-up turns.
 
     A record that fails to decode is left out and put in ``unreadable``
@@ -185,7 +185,7 @@ def threads(state_dir: Path, output: Output) -> int:
     sd = _existing(state_dir)
     unreadable: dict[str, str] = {}
     with ledger_if_any(sd) as ledger:
-        records = _thread_records(ledger, unreadable)
+        records = thread_records(ledger, unreadable)
         # Deferred: retention reaches the graph (LangGraph's import, about a second
         # of CPU), which the ledger commands, help and usage errors never need.
         from effectgate.retention import deleted_threads
@@ -248,7 +248,7 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
     damaged: list[DamagedOperation] = []
     unreadable: dict[str, str] = {}
     with ledger_if_any(sd) as ledger:
-        records = _thread_records(ledger, unreadable)
+        records = thread_records(ledger, unreadable)
         ops = (
             ledger.list(thread_id=thread_id, states=_states(_OPEN_STATES), damaged=damaged)
             if ledger is not None

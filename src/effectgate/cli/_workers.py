@@ -46,7 +46,6 @@ from effectgate.errors import (
     LedgerCorruptError,
     ThreadBusyError,
 )
-from effectgate.ledger import DamagedThread
 from effectgate.ledger._backoff import full_jitter_delay
 
 if TYPE_CHECKING:
@@ -198,20 +197,25 @@ def _take(
 def _threads(
     agent: Agent, say: Callable[[Mapping[str, Any]], None] | None, noted: set[str]
 ) -> list[ThreadRecord]:
-    """The ledger's thread records; one that fails to decode is said once and left out.
+    """The ledger's threads (not their follow-up turns' records); a damaged one is said once.
 
-    Read again on each scan, so a repaired record is taken up.
+    Read again on each scan, so a repaired record is taken up. The same list
+    ``threads`` and ``pending`` show (``_inspect.thread_records``): before, a
+    follow-up turn's record ``T#turn-n`` was taken for a thread and skipped
+    with "the task is empty".
     """
-    damaged: list[DamagedThread] = []
-    records = agent.ledger.list_threads(damaged=damaged)
-    for bad in damaged:
-        _say_once(say, noted, _unreadable(bad.thread_id, bad))
+    from effectgate.cli._inspect import thread_records
+
+    unreadable: dict[str, str] = {}
+    records = thread_records(agent.ledger, unreadable)
+    for thread_id, why in unreadable.items():
+        _say_once(say, noted, _unreadable(thread_id, why))
     return records
 
 
-def _unreadable(thread_id: str, exc: Exception | DamagedThread) -> dict[str, Any]:
+def _unreadable(thread_id: str, exc: Exception | str) -> dict[str, Any]:
     """The line a worker says of a thread whose ledger rows or checkpoint fail to decode."""
-    why = f"table {exc.table}: {exc.reason}" if isinstance(exc, DamagedThread) else str(exc)
+    why = str(exc)
     return {
         "thread_id": thread_id,
         "skipped": f"its stored state cannot be read ({why}); left for a person, "
