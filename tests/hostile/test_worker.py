@@ -183,3 +183,25 @@ def test_a_follow_up_turn_is_not_listed_by_the_worker_as_a_thread(world: World) 
     lines = [json.loads(line) for line in ran.stdout.splitlines()]
     assert all("#turn-" not in str(line.get("thread_id")) for line in lines), lines
     assert "worker" in lines[-1]  # the summary line: the scan ran to its end
+
+
+def test_an_unsafe_call_the_worker_approves_is_a_warning_not_left_for_review(
+    world: World,
+) -> None:
+    """``worker --approve all --json`` says it approved an UNSAFE call as ``warning``.
+
+    Before, the line was labelled ``left_for_review`` although the call ran.
+    """
+    call = {"name": "run_shell", "args": {"command": "echo ran >> ran.txt"}}
+    script = world.root / "shell.json"
+    script.write_text(json.dumps({"name": "s", "final": "done", "turns": [{"tool_calls": [call]}]}))
+    model = f"scripted:{script}"
+    started = world.run("run", "task", "--model", model, "--thread", "u1")
+    assert started.code == 4, started.stderr  # waits for review
+    ran = world.run("worker", "--until-idle", "--json", "--model", model, "--approve", "all")
+    assert ran.code == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stdout.splitlines()]
+    warnings = [line for line in lines if "warning" in line]
+    assert len(warnings) == 1 and "approving UNSAFE call" in warnings[0]["warning"], lines
+    assert not [line for line in lines if "left_for_review" in line], lines
+    assert (world.workspace / "ran.txt").read_text() == "ran\n"  # it ran, once

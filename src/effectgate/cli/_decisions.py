@@ -88,16 +88,19 @@ class BlanketDecisions:
     Args:
         approve: ``True`` for ``all``, ``False`` for ``none``.
         reviewer: recorded on the approvals.
-        say: where notes go.
+        say: where notes go (a request left for a person, and why).
+        warn: where the warning for each UNSAFE call approved goes (default ``say``).
     """
 
     interactive = False
     strict = False
 
-    def __init__(self, *, approve: bool, reviewer: str, say: Say) -> None:
+    def __init__(self, *, approve: bool, reviewer: str, say: Say, warn: Say | None = None) -> None:
         self.approve = approve
         self.reviewer = reviewer
         self.say = say
+        self.warn = warn or say
+        """Where "approving UNSAFE call" goes (default ``say``): a warning, not a review left."""
 
     def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Approve (or reject) every call of the request, or ``None`` if one cannot be."""
@@ -164,7 +167,7 @@ class BlanketDecisions:
 
     def _warn(self, flag: str, label: str, action: Mapping[str, Any]) -> None:
         if action.get("effect_kind") == "unsafe":
-            self.say(
+            self.warn(
                 f"{flag}: approving UNSAFE call {label}; if its outcome is lost it "
                 "can only end as needs-reconciliation"
             )

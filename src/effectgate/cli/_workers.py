@@ -88,7 +88,9 @@ def _finished(agent: Agent, thread_id: str) -> bool:
         return False
 
 
-def _answers(result: RunResult, opts: WorkerOptions, notes: list[str]) -> dict[str, Any]:
+def _answers(
+    result: RunResult, opts: WorkerOptions, notes: list[tuple[str, str]]
+) -> dict[str, Any]:
     """One answer per pending review the policy may answer, keyed by its interrupt id.
 
     The policy is the CLI's ``--approve all|none`` (``BlanketDecisions``), the
@@ -96,13 +98,17 @@ def _answers(result: RunResult, opts: WorkerOptions, notes: list[str]) -> dict[s
     operation that took effect, or of a compacted one), a repeat of a
     rejected call, a call a reviewer's edit replaced, a compacted operation,
     or a call whose allowed decisions exclude approval. Such a review is left
-    for a person, and ``notes`` says why. Reconciliations are left out: a
+    for a person, and ``notes`` says why (``("left_for_review", why)``); an
+    UNSAFE call approved adds ``("warning", text)``. Reconciliations are left out: a
     verdict is a person's call.
     """
     from effectgate.cli._decisions import BlanketDecisions
 
     policy = BlanketDecisions(
-        approve=opts.approve == "all", reviewer=opts.reviewer, say=notes.append
+        approve=opts.approve == "all",
+        reviewer=opts.reviewer,
+        say=lambda text: notes.append(("left_for_review", text)),
+        warn=lambda text: notes.append(("warning", text)),
     )
     answers: dict[str, Any] = {}
     for item in result.interrupts:
@@ -114,14 +120,18 @@ def _answers(result: RunResult, opts: WorkerOptions, notes: list[str]) -> dict[s
 
 
 def _run_one(
-    agent: Agent, thread_id: str, state: Readiness, opts: WorkerOptions, notes: list[str]
+    agent: Agent,
+    thread_id: str,
+    state: Readiness,
+    opts: WorkerOptions,
+    notes: list[tuple[str, str]],
 ) -> tuple[RunResult, bool]:
     """Run one thread as far as it goes; the result, and whether the run moved it at all.
 
     A thread at a review that the policy leaves alone (nothing it may
     answer) has not moved: counting it as work would have a worker take it
     again at once, forever, and keep ``until_idle`` from ever ending.
-    ``notes`` receives why the policy left a review alone.
+    ``notes`` receives why the policy left a review alone, and its warnings.
     """
     if state is Readiness.NEW:
         record = agent.ledger.get_thread(thread_id)
@@ -155,7 +165,7 @@ def _take(
     Why the review policy left a review for a person is said once per
     thread and reason (``noted`` remembers what was said).
     """
-    notes: list[str] = []
+    notes: list[tuple[str, str]] = []
     try:
         result, progressed = _run_one(agent, thread_id, state, opts, notes)
     except ThreadBusyError:
@@ -177,8 +187,8 @@ def _take(
             raise
         raise RunAborted(thread_id) from exc
     finally:
-        for note in notes:
-            _say_once(say, noted, {"thread_id": thread_id, "left_for_review": note})
+        for kind, note in notes:
+            _say_once(say, noted, {"thread_id": thread_id, kind: note})
     if not progressed:
         return "still"  # its review waits for what the policy does not answer
     if result.status == "incomplete":
