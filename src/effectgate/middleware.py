@@ -44,8 +44,9 @@ langchain``); ``import effectgate`` does not.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, TypeVar
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -84,6 +85,9 @@ class EffectGateState(AgentState[Any]):
 
     effectgate_tasks: NotRequired[Annotated[dict[str, EffectTask], PrivateStateAttr]]
     """The reviewed calls of the last model message, by tool-call id."""
+
+
+_T = TypeVar("_T")
 
 
 def _thread_id(config: RunnableConfig) -> str:
@@ -206,8 +210,8 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
     async def abefore_model(
         self, state: EffectGateState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """``before_model`` for ``ainvoke``/``astream`` (the ledger calls block)."""
-        return self.before_model(state, runtime)
+        """``before_model`` for ``ainvoke``/``astream``, in a worker thread (the ledger blocks)."""
+        return await _off_loop(self.before_model, state, runtime)
 
     @hook_config(can_jump_to=["end"])
     def after_model(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -273,15 +277,19 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
     async def aafter_agent(
         self, state: EffectGateState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """``after_agent`` for ``ainvoke``/``astream``."""
-        return self.after_agent(state, runtime)
+        """``after_agent`` for ``ainvoke``/``astream``, in a worker thread."""
+        return await _off_loop(self.after_agent, state, runtime)
 
     @hook_config(can_jump_to=["end"])
     async def aafter_model(
         self, state: EffectGateState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """``after_model`` for ``ainvoke``/``astream`` (the ledger calls block, as HITL's do)."""
-        return self.after_model(state, runtime)
+        """``after_model`` for ``ainvoke``/``astream``, in a worker thread.
+
+        The review's ``interrupt()`` works there: the thread runs in a copy of
+        the run's context (``_off_loop``), as LangGraph runs a sync node.
+        """
+        return await _off_loop(self.after_model, state, runtime)
 
     def wrap_tool_call(
         self,
@@ -308,12 +316,14 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        """``wrap_tool_call`` for async runs; the dispatch itself runs synchronously.
+        """``wrap_tool_call`` for async runs; the gated call runs in a worker thread.
 
-        The ledger and effectgate's tools are synchronous: a gated call holds
-        the event loop while it runs, as a sync tool would.
+        The ledger and effectgate's tools are synchronous (SQLite or psycopg,
+        HTTP, SMTP, files): they run off the event loop, so other runs go on
+        and ``langgraph dev``'s blocking-call detector has nothing to catch.
+        Calls of other middleware's tools go to ``handler`` on the loop.
         """
-        answer = self._answer(request)
+        answer = await _off_loop(self._answer, request)
         return await handler(request) if answer is None else answer
 
     def _answer(self, request: ToolCallRequest) -> ToolMessage | None:
@@ -336,6 +346,17 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         # A valid effect call with no reviewed task: never run it unreviewed.
         pending = pending_calls([one])[0]
         return error_message(pending, "not executed: this call was not reviewed")
+
+
+async def _off_loop(func: Callable[..., _T], /, *args: Any) -> _T:
+    """Run ``func(*args)`` in a worker thread, in a copy of the current context.
+
+    ``asyncio.to_thread`` copies the ``contextvars`` context, so LangGraph's
+    run config, ``interrupt()`` and stream writer work there, as in a sync
+    node LangGraph runs in its executor. Exceptions (``GraphInterrupt``
+    included) propagate unchanged.
+    """
+    return await asyncio.to_thread(func, *args)
 
 
 def _as_langchain_tool(spec: ToolSpec) -> BaseTool:

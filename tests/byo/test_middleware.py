@@ -166,3 +166,40 @@ def test_async_run_dispatches_through_the_ledger(
         w = world(state_dir)
         assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
         assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
+
+
+def test_async_run_never_blocks_the_event_loop(services: DemoServices, state_dir: StateDir) -> None:
+    """The async hooks run the ledger and the tools off the event loop.
+
+    Under ``blockbuster`` (what ``langgraph dev`` turns on), a blocking call
+    on the loop raises ``BlockingError``. Before, the async hooks called the
+    ledger and the tools' HTTP and SMTP I/O on the loop, so a plain
+    ``langgraph dev`` failed unless started with ``--allow-blocking``.
+    """
+    import asyncio
+
+    from blockbuster import blockbuster_ctx
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    with SqliteLedger(state_dir.ledger) as ledger:
+        graph = middleware_agent(
+            make_model("scripted:incident"),
+            default_tools(state_dir.workspace, services.endpoints),
+            ledger=ledger,
+            checkpointer=InMemorySaver(),
+        )
+
+        async def run() -> Any:
+            with blockbuster_ctx():
+                out = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, version="v2")
+                while out.interrupts:
+                    (pending,) = out.interrupts
+                    count = len(pending.value["action_requests"])
+                    answer = {"decisions": [{"type": "approve"}] * count}
+                    out = await graph.ainvoke(Command(resume=answer), CONFIG, version="v2")
+            return out
+
+        asyncio.run(run())
+        w = world(state_dir)
+        assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
+        assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
