@@ -31,9 +31,10 @@ How, in LangChain's terms:
   blindly again. Read-only and malformed calls are answered by effectgate's
   tools node function, as in its own graph.
 
-Differences from ``HumanInTheLoopMiddleware``: ``respond`` is not offered
-(a person's text in place of a side effect's receipt would tell the model an
-effect happened that did not), and an ``edit`` keeps the tool: the edited
+Differences from ``HumanInTheLoopMiddleware``: ``respond`` is taken
+wherever ``reject`` is, recorded as a reject, and answers the model with the
+person's text marked ``"executed": false`` (never as the side effect's
+receipt); and an ``edit`` keeps the tool: the edited
 arguments get their own intent hash and operation id, checked against the
 ledger. Differences from effectgate's own graph are in
 ``docs/bring-your-own-graph.md``.

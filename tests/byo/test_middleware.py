@@ -203,3 +203,23 @@ def test_async_run_never_blocks_the_event_loop(services: DemoServices, state_dir
         w = world(state_dir)
         assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
         assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
+
+
+def test_respond_is_a_reject_with_the_persons_text_marked_not_executed(
+    agent: tuple[Any, SqliteLedger], state_dir: StateDir
+) -> None:
+    """HITL's ``respond``: nothing runs, REJECTED in the ledger, the model reads executed: false."""
+    import json
+
+    graph, ledger = agent
+    (_pending,) = start(graph).interrupts
+    answer = {"decisions": [{"type": "respond", "message": "A ticket exists already: OPS-7."}]}
+    graph.invoke(Command(resume=answer), CONFIG, version="v2")
+    (op,) = [o for o in ledger.list(thread_id="t1") if o.tool == "create_ticket"]
+    assert op.state is OpState.REJECTED
+    assert read_tickets(state_dir.services) == []
+    messages = graph.get_state(CONFIG).values["messages"]
+    (reply,) = [m for m in messages if isinstance(m, ToolMessage) and m.name == "create_ticket"]
+    payload = json.loads(str(reply.content))
+    assert payload["status"] == "responded" and payload["executed"] is False
+    assert payload["message"] == "A ticket exists already: OPS-7."
