@@ -1259,6 +1259,9 @@ class Closing:
 
     call: OpenCall
     operation: Operation | None
+    settled: bool = False
+    """The operation already ended with a known outcome (``SUCCEEDED`` or
+    ``FAILED``): the call is answered with that outcome, not superseded."""
 
 
 def never_started(op: Operation) -> bool:
@@ -1309,10 +1312,14 @@ def follow_up_plan(
 
     A call is closed (superseded) only with the ledger's proof that its
     operation never started (``never_started``: no operation, ``PROPOSED``,
-    ``APPROVED`` at attempt 0, or ``REJECTED``). A call whose operation may
-    have started (``IN_FLIGHT``, ``UNKNOWN``, any attempt above 0, a
-    receipt), and any interrupt that is not a review (a reconciliation, a
-    tool's question), refuses the message: closing it would tell the model
+    ``APPROVED`` at attempt 0, or ``REJECTED``). A call whose operation
+    already ended ``SUCCEEDED`` or ``FAILED`` is closed with that recorded
+    outcome (``Closing.settled``): the effect's truth is known, so nothing
+    is left to answer. A call whose operation may have started and has no
+    known outcome (``IN_FLIGHT``, ``UNKNOWN``, ``RETRY_WAIT``,
+    ``NEEDS_RECONCILIATION``, ``APPROVED`` past attempt 0), and any
+    interrupt that is not a review (a reconciliation, a tool's question), refuses
+    the message: closing it would tell the model
     "not executed" about an effect that may exist.
 
     Args:
@@ -1356,7 +1363,7 @@ def follow_up_plan(
     for call in calls:
         ops = _operations_of(ledger, thread_id, call)
         for op in ops:
-            if not never_started(op):
+            if not never_started(op) and op.state not in _KNOWN_OUTCOME:
                 raise FollowUpError(
                     f"thread {thread_id!r}: {call.tool} ({op.operation_id}) is "
                     f"{op.state.value} at attempt {op.attempt} and may have started: it is "
@@ -1364,8 +1371,17 @@ def follow_up_plan(
                     f"first (effectgate pending, effectgate resume --thread {thread_id})"
                 )
         own = [o for o in ops if (o.thread_id, o.tool_call_id) == (thread_id, call.tool_call_id)]
-        plan.append(Closing(call=call, operation=own[0] if own else (ops[0] if ops else None)))
+        chosen = own[0] if own else (ops[0] if ops else None)
+        settled = chosen is not None and chosen.state in _KNOWN_OUTCOME
+        plan.append(Closing(call=call, operation=chosen, settled=settled))
     return plan
+
+
+_KNOWN_OUTCOME = frozenset({OpState.SUCCEEDED, OpState.FAILED})
+"""Terminal states whose outcome the ledger knows: a follow-up answers such a
+call with it. Reached when the checkpoint lost the call's answer while the
+ledger kept it: a run rolled back or cancelled by a double-text after the
+effect ran (LangGraph's ``multitask_strategy`` ``rollback`` / ``interrupt``)."""
 
 
 def close_for_follow_up(

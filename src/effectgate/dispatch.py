@@ -120,6 +120,48 @@ without its result recorded and repeat.
 _CALLS_LOCK = threading.Lock()
 
 WaitHook = Callable[[Operation, float], None]
+
+
+def settled_outcome(ledger: Ledger, op: Operation, thread_id: str) -> Outcome | None:
+    """The outcome of an operation that already ended, from the ledger alone; no tool is called.
+
+    The one reading of a terminal operation: ``Dispatcher`` returns it for a
+    replayed call, and a follow-up message answers with it a call whose
+    answer the checkpoint lost (``graph._follow_up.settled_message``).
+
+    Args:
+        ledger: where the receipt is read and verified.
+        op: the operation as last read.
+        thread_id: the thread asking (a receipt of another thread's
+            operation under a shared business key is verified for it).
+
+    Returns:
+        ``SUCCEEDED`` with the stored receipt (``reused``), ``FAILED`` or
+        ``REJECTED`` (not executed); ``None`` for any state that is not terminal.
+
+    Raises:
+        LedgerCorruptError: the stored receipt does not match its operation.
+    """
+    if op.state is OpState.SUCCEEDED:
+        receipt = ledger.verified_receipt(op, by_thread=thread_id)
+        return Outcome(
+            status=DispatchStatus.SUCCEEDED,
+            operation=op,
+            receipt=receipt,
+            reused=True,
+            message="stored receipt returned; not executed again",
+        )
+    if op.state is OpState.FAILED:
+        return Outcome(status=DispatchStatus.FAILED, operation=op, message=_failed(op))
+    if op.state is OpState.REJECTED:
+        return Outcome(
+            status=DispatchStatus.REJECTED,
+            operation=op,
+            message="a reviewer rejected this call; it was not executed",
+        )
+    return None
+
+
 """Called before a backoff wait with the operation and the seconds to wait."""
 
 
@@ -325,23 +367,9 @@ class Dispatcher:
         self, call: EffectCall, spec: ToolSpec, args: Any, op: Operation
     ) -> Operation | Outcome:
         state = op.state
-        if state is OpState.SUCCEEDED:
-            receipt = self.ledger.verified_receipt(op, by_thread=call.thread_id)
-            return Outcome(
-                status=DispatchStatus.SUCCEEDED,
-                operation=op,
-                receipt=receipt,
-                reused=True,
-                message="stored receipt returned; not executed again",
-            )
-        if state is OpState.FAILED:
-            return Outcome(status=DispatchStatus.FAILED, operation=op, message=_failed(op))
-        if state is OpState.REJECTED:
-            return Outcome(
-                status=DispatchStatus.REJECTED,
-                operation=op,
-                message="a reviewer rejected this call; it was not executed",
-            )
+        settled = settled_outcome(self.ledger, op, call.thread_id)
+        if settled is not None:
+            return settled
         if state is OpState.NEEDS_RECONCILIATION:
             return self._recheck_parked(call, spec, args, op)
         if state is OpState.IN_FLIGHT:

@@ -223,3 +223,37 @@ def test_respond_is_a_reject_with_the_persons_text_marked_not_executed(
     payload = json.loads(str(reply.content))
     assert payload["status"] == "responded" and payload["executed"] is False
     assert payload["message"] == "A ticket exists already: OPS-7."
+
+
+def test_a_follow_up_after_a_rollback_answers_a_finished_effect_from_the_ledger(
+    agent: tuple[Any, SqliteLedger], state_dir: StateDir
+) -> None:
+    """The checkpoint lost the call's answer, the ledger kept it: the follow-up uses the ledger.
+
+    A double-text with ``multitask_strategy="rollback"`` (or ``"interrupt"``)
+    while an approved effect runs leaves the thread at the review checkpoint
+    with the ticket created and the operation SUCCEEDED. Before, every later
+    message raised FollowUpError naming the SUCCEEDED operation and nothing
+    was left to answer: the thread was wedged. Reproduced here by sending the
+    follow-up from the review's checkpoint after the effect ran.
+    """
+    import json
+
+    graph, ledger = agent
+    start(graph)
+    at_review = graph.get_state(CONFIG).config  # the checkpoint a rollback returns to
+    graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), CONFIG, version="v2")
+    (ticket_op,) = [o for o in ledger.list(thread_id="t1") if o.tool == "create_ticket"]
+    assert ticket_op.state is OpState.SUCCEEDED
+
+    graph.invoke({"messages": [HumanMessage("and page the on-call")]}, at_review, version="v2")
+    messages = graph.get_state(CONFIG).values["messages"]
+    (reply,) = [
+        m
+        for m in messages
+        if isinstance(m, ToolMessage) and m.tool_call_id == ticket_op.tool_call_id
+    ]
+    payload = json.loads(str(reply.content))
+    assert payload["status"] == "succeeded" and payload["reused"] is True, payload
+    assert payload["reference"] == "TICKET-1"
+    assert len(read_tickets(state_dir.services)) == 1  # answered from the ledger, not run again

@@ -36,7 +36,7 @@ from effectgate.answers import (
     follow_up_plan,
 )
 from effectgate.errors import ToolCallError
-from effectgate.graph._messages import answer_id
+from effectgate.graph._messages import answer_id, effect_message
 from effectgate.graph._review import choose_operation_id
 from effectgate.ledger import Ledger
 from effectgate.tools import ToolSpec
@@ -166,7 +166,27 @@ def close_open_calls(
     if now is None or not plan:
         return []
     close_for_follow_up(ledger, thread_id, plan, now=now)
-    return [superseded_message(c) for c in plan]
+    return [
+        settled_message(c, ledger, thread_id) if c.settled else superseded_message(c) for c in plan
+    ]
+
+
+def settled_message(closing: Closing, ledger: Ledger, thread_id: str) -> ToolMessage:
+    """The answer of a call whose operation already ended: its recorded outcome, from the ledger.
+
+    The same message the effect node gives on a replay (``dispatch.settled_outcome``
+    and ``effect_message``): the stored receipt (``reused``) for ``SUCCEEDED``,
+    "not executed" with the error for ``FAILED``.
+
+    Raises:
+        LedgerCorruptError: the stored receipt does not verify.
+    """
+    from effectgate.dispatch import settled_outcome
+
+    assert closing.operation is not None
+    outcome = settled_outcome(ledger, closing.operation, thread_id)
+    assert outcome is not None  # Closing.settled: SUCCEEDED or FAILED
+    return effect_message(outcome, tool_call_id=closing.call.tool_call_id, tool=closing.call.tool)
 
 
 def before_follow_up(
