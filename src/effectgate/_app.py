@@ -99,10 +99,11 @@ class StateDir:
 
         The marker lists the two files once a thread store was opened on both
         (``_record_files``). SQLite takes a missing or 0-byte file for a new,
-        empty database, so without this a lost ledger would be recreated
-        empty and every effect it recorded dispatched again (the checkpoints
-        still lead there), and a lost checkpoint file would start each thread
-        over.
+        empty database, and a file whose ``-wal`` was lost for one without
+        tables (a killed process leaves its writes in the ``-wal``), so
+        without this a lost ledger would be recreated empty and every effect
+        it recorded dispatched again (the checkpoints still lead there), and a
+        lost checkpoint file would start each thread over.
 
         Raises:
             LedgerCorruptError: ``ledger.sqlite3`` is listed and lost.
@@ -115,9 +116,18 @@ class StateDir:
             if path.name not in listed:
                 continue
             size = path.stat().st_size if path.is_file() else None
-            if size:
+            if size is None:
+                what = "is missing"
+            elif size == 0:
+                what = "is empty (0 bytes)"
+            elif not _has_table(path, _SCHEMA_TABLE[path.name]):
+                # its data lived in the -wal file, which is gone (or a stranger's file)
+                what = (
+                    f"holds no {_SCHEMA_TABLE[path.name]} table (its -wal file, where the "
+                    "latest writes were, may have been lost)"
+                )
+            else:
                 continue
-            what = "is missing" if size is None else "is empty (0 bytes)"
             if path == self.ledger:
                 raise LedgerCorruptError(
                     f"{path} {what}, but this state directory has run threads on it: a new "
@@ -382,6 +392,31 @@ def _open_stores(
     saver.setup()  # the schema exists before the marker lists the file
     sd._record_files()
     return ledger, saver
+
+
+_SCHEMA_TABLE = {"ledger.sqlite3": "schema_version", "checkpoints.sqlite3": "checkpoints"}
+"""The table each SQLite state file has once it was set up (the ledger's, LangGraph's)."""
+
+
+def _has_table(path: Path, table: str) -> bool:
+    """Whether the SQLite file at ``path`` has ``table``; read-only, and True when it cannot tell.
+
+    A file SQLite cannot open read-only (a damaged one, a ``-shm`` it may not
+    create) is left to the store that opens it next, which reports it.
+    """
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return True
+    try:
+        row = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        return row is not None
+    except sqlite3.Error:
+        return True
+    finally:
+        conn.close()
 
 
 def _read_marker(marker: Path) -> dict[str, Any]:
