@@ -16,14 +16,22 @@ import pytest
 from tests.cli.conftest import eg
 
 FACTORY = """
-import sys
+import os, subprocess, sys
 from effectgate.tools import file_tools
 
 def build(state_dir):
     print("printed by the factory")
     sys.stdout.write("written by the factory\\n")
+    os.write(1, b"written to fd 1 by the factory\\n")
+    subprocess.run(["echo", "echoed by a child of the factory"], check=True)
     return {"tools": file_tools(state_dir.workspace)}
 """
+OWN = (
+    "printed by the factory",
+    "written by the factory",
+    "written to fd 1 by the factory",
+    "echoed by a child of the factory",
+)
 
 
 @pytest.fixture
@@ -41,14 +49,14 @@ def test_prints_of_an_agent_factory_go_to_stderr_under_json(noisy: Path) -> None
     ran = eg("run", "task", "--model", "scripted:model.json", "--thread", "t1", *common, cwd=noisy)
     assert ran.code == 4, ran.stderr[-2000:]  # waiting for review
     assert json.loads(ran.stdout)["status"] == "waiting_review"  # one object, nothing else
-    assert "printed by the factory" in ran.stderr and "written by the factory" in ran.stderr
+    assert all(line in ran.stderr for line in OWN), ran.stderr
 
     # the thread remembers its recipe: these rebuild the agent (and call the factory) unasked
     for argv in (("pending", "--thread", "t1"), ("resume", "--thread", "t1", "--approve", "all")):
         ran = eg(*argv, "--state-dir", state, "--json", cwd=noisy)
         assert ran.code == 0, ran.stderr[-2000:]
         json.loads(ran.stdout)
-        assert "printed by the factory" not in ran.stdout
+        assert not [line for line in OWN if line in ran.stdout]
     assert (noisy / "state" / "workspace" / "a.md").read_bytes() == b"x"
 
 
@@ -68,4 +76,4 @@ def test_without_json_the_prints_stay_on_stdout(noisy: Path) -> None:
         cwd=noisy,
     )
     assert ran.code == 0, ran.stderr[-2000:]
-    assert "printed by the factory" in ran.stdout
+    assert all(line in ran.stdout for line in OWN), ran.stdout

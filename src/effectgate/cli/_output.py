@@ -9,6 +9,7 @@ can be piped into ``jq`` as is.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import sqlite3
 import sys
@@ -193,13 +194,49 @@ def json_stdout() -> TextIO:
 
 @contextlib.contextmanager
 def _json_only(output: Output) -> Iterator[None]:
-    """Send ``sys.stdout`` to stderr for the block; ``json_stdout`` keeps the real one."""
-    _JSON_STDOUT.append(output.stdout)
+    """Send everything but the JSON to stderr for the block; ``json_stdout`` keeps the real one.
+
+    ``sys.stdout`` becomes stderr. When the command's stdout is file
+    descriptor 1, that descriptor is pointed at stderr too (``dup2``), so a
+    tool writing to fd 1 or a child process it starts (one still running
+    after the command, too) cannot reach stdout; the JSON goes to a
+    duplicate of the original descriptor. The descriptor is restored when
+    the block ends.
+    """
+    saved = _fd_one(output.stdout)
+    stream = output.stdout
+    if saved is not None:
+        stream = os.fdopen(
+            saved,
+            "w",
+            encoding=output.stdout.encoding,
+            errors=output.stdout.errors,
+            closefd=True,
+        )
+        os.dup2(2, 1)
+        output.stdout = stream
+    _JSON_STDOUT.append(stream)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
         _JSON_STDOUT.pop()
+        if saved is not None:
+            stream.flush()
+            os.dup2(saved, 1)
+            stream.close()
+            output.stdout = sys.stdout
+
+
+def _fd_one(stream: TextIO) -> int | None:
+    """A duplicate of fd 1 when ``stream`` writes to it (flushed first), else ``None``."""
+    try:
+        if stream.fileno() != 1:
+            return None
+        stream.flush()
+        return os.dup(1)
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
 
 
 @contextlib.contextmanager

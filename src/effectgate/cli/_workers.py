@@ -393,7 +393,16 @@ def _spawn(
     """
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
-        into.append(subprocess.Popen(command, env=None if env is None else dict(env)))
+        from effectgate.cli._output import json_stdout
+
+        out = json_stdout()  # with --json, fd 1 is stderr now: give the child the real stdout
+        try:
+            stdout: Any = out if out.fileno() >= 0 else None
+        except (AttributeError, OSError, ValueError):
+            stdout = None
+        into.append(
+            subprocess.Popen(command, env=None if env is None else dict(env), stdout=stdout)
+        )
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
