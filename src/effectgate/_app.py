@@ -91,10 +91,10 @@ class StateDir:
             return PostgresLedger(self.store, clock=clock)
         from effectgate.ledger import SqliteLedger
 
-        self._refuse_lost(self.ledger)
+        self.refuse_lost(self.ledger)
         return SqliteLedger(self.ledger, clock=clock)
 
-    def _refuse_lost(self, *paths: Path) -> None:
+    def refuse_lost(self, *paths: Path) -> None:
         """Refuse to recreate a SQLite state file this directory has already used.
 
         The marker lists the two files once a thread store was opened on both
@@ -145,7 +145,7 @@ class StateDir:
     def _record_files(self) -> None:
         """List both SQLite state files in the marker, once both exist with their schema.
 
-        From then on ``_refuse_lost`` refuses to recreate either. Written by
+        From then on ``refuse_lost`` refuses to recreate either. Written by
         replacing the marker (atomic on POSIX); concurrent writers write the
         same content.
         """
@@ -384,7 +384,7 @@ def _open_stores(
         from effectgate._postgres_app import open_postgres_stores
 
         return open_postgres_stores(stack, store, clock)
-    sd._refuse_lost(sd.checkpoints, sd.ledger)
+    sd.refuse_lost(sd.checkpoints, sd.ledger)
     conn = _open_checkpoints(sd.checkpoints)
     stack.callback(conn.close)
     ledger = stack.enter_context(sd.open_ledger(clock=clock))

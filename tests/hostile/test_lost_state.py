@@ -75,6 +75,7 @@ def test_a_lost_state_file_is_refused_and_nothing_is_sent_again(
     for argv in (
         ("resume", "--thread", THREAD, "--approve", "all"),
         ("demo", "--thread", THREAD, "--approve", "all"),
+        ("prune", "--keep-last", "1", "--dry-run"),  # was "has no threads yet" (exit 2)
     ):
         ran = eg(*argv, "--state-dir", str(state), "--json")
         assert ran.code == ERROR, ran.stderr[-2000:]

@@ -87,6 +87,8 @@ def run_prune(
     )
     policy.check()
     sd = StateDir.open(state_dir, create=False)
+    if sd.store is None:
+        sd.refuse_lost(sd.checkpoints, sd.ledger)  # a lost file is not "no threads yet"
     if sd.store is None and (not sd.ledger.is_file() or not sd.checkpoints.is_file()):
         raise ConfigError(f"{sd.root} has no threads yet: nothing to prune")
     with inspection_agent(sd) as agent:

@@ -613,7 +613,8 @@ def _service_endpoints(path: Path, *, probe: bool = True) -> ServiceEndpoints | 
     if endpoints is not None and probe and not serving(path.parent, endpoints):
         print(
             f"effectgate worker: {path} names demo services that do not answer "
-            f"({endpoints.ticket_url}, {endpoints.mail_url}): taken as absent, their threads "
+            f"({endpoints.ticket_url}, {endpoints.mail_url}, SMTP "
+            f"{endpoints.smtp_host}:{endpoints.smtp_port}): taken as absent, their threads "
             "are left; run 'effectgate services' for this state directory",
             file=sys.stderr,
             flush=True,
