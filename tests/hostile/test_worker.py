@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from effectgate import StateDir
-from tests.hostile.conftest import World, assert_clean_error
+from effectgate.cli._app import app
+from tests.hostile.conftest import Ran, World, assert_clean_error
 
 BAD_INPUT = 2
 
@@ -152,6 +154,24 @@ def test_non_utf8_argument_is_one_line_exit_2(world: World, args: list[str]) -> 
     assert_clean_error(ran, BAD_INPUT, "not valid UTF-8")
     world.assert_outside_untouched()
     world.assert_no_secret_stored()
+
+
+@pytest.mark.parametrize("name", ["EFFECTGATE_STATE_DIR", "OPENAI_BASE_URL", "OPENAI_API_KEY"])
+def test_non_utf8_environment_variable_is_one_line_exit_2(
+    world: World, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A variable effectgate reads, not UTF-8: refused by name, its value never shown.
+
+    Before, ``EFFECTGATE_STATE_DIR`` wrote raw bytes into ``--json`` output and
+    ``OPENAI_BASE_URL`` ended in a traceback.
+    """
+    monkeypatch.setenv(name, NOT_UTF8)
+    argv = ["run", "a task", "--model", "openai:m", "--state-dir", str(world.state)]
+    res = CliRunner().invoke(app, argv)
+    ran = Ran(res.exit_code, res.stdout, res.stderr, res.exception)
+    assert_clean_error(ran, BAD_INPUT, name)
+    assert "fix" not in ran.stderr  # the value (b"fix \xff\xfe it") is not echoed
+    assert not world.state.exists()
 
 
 def test_store_schema_missing_from_search_path_is_one_line_exit_2(

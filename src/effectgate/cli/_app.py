@@ -68,7 +68,7 @@ if _typer_option_type is not None:
 
 
 class _Utf8Group(typer.core.TyperGroup):
-    """The command group: refuses any command-line word that is not UTF-8 text.
+    """The command group: refuses any command-line word (or variable it reads) that is not UTF-8.
 
     The shell may pass bytes that decode to no characters; Python keeps them
     as lone surrogates (``surrogateescape``), which cannot be stored in the
@@ -82,7 +82,8 @@ class _Utf8Group(typer.core.TyperGroup):
         """Refuse a non-UTF-8 word in ``args``, then parse as usual.
 
         Raises:
-            click.UsageError: a word holds lone surrogates (typer's own click).
+            click.UsageError: a word, or an ``EFFECTGATE_*`` / ``OPENAI_*``
+                environment variable, holds lone surrogates (typer's own click).
         """
         for word in args:
             try:
@@ -93,7 +94,23 @@ class _Utf8Group(typer.core.TyperGroup):
                     "effectgate takes only UTF-8 on its command line",
                     ctx,
                 ) from None
+        for name, value in os.environ.items():
+            if not name.startswith(_READ_VARIABLES):
+                continue
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise CLICK_ERRORS.UsageError(
+                    # the value is not shown: it may be a secret (OPENAI_API_KEY)
+                    f"environment variable {name}: not valid UTF-8 text; "
+                    "set it to UTF-8 or unset it",
+                    ctx,
+                ) from None
         return list(super().parse_args(ctx, args))
+
+
+_READ_VARIABLES = ("EFFECTGATE_", "OPENAI_")
+"""Prefixes of the environment variables effectgate reads (options, the model's endpoint)."""
 
 
 app = typer.Typer(
