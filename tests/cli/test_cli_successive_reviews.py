@@ -110,3 +110,22 @@ def test_an_answer_to_calls_never_proposed_is_refused_when_the_run_ends(
     assert ran.code == 2, ran.stderr[-2000:]
     assert "call_ghost" in ran.stderr
     assert len(world(state)["mails"]) == 1
+
+
+def test_resume_with_answers_only_for_a_later_review_names_the_one_pending(
+    tmp_path: Path, bindings: dict[str, dict[str, str]]
+) -> None:
+    """Exit 2, and the error names the review that waits (it said "no review was pending")."""
+    b = bindings
+    state = tmp_path / "state"
+    stopped = eg("demo", "--state-dir", str(state), "--thread", THREAD)
+    assert stopped.code == 4, stopped.stderr[-2000:]
+    path = tmp_path / "later.json"
+    path.write_text(
+        json.dumps([{"decisions": [_approve(b["send_email"]), _approve(b["write_file"])]}])
+    )
+    ran = eg("resume", "--state-dir", str(state), "--thread", THREAD, "--decisions", str(path))
+    assert ran.code == 2, ran.stderr[-2000:]
+    assert "answers none of the reviews pending" in ran.stderr
+    assert "create_ticket" in ran.stderr
+    assert world(state)["tickets"] == []

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from effectgate._app import StateDir
+    from effectgate.answers import PendingLike
     from effectgate.demo import DemoServices, ServiceEndpoints
     from effectgate.graph import Agent, RunResult
 
@@ -356,25 +357,37 @@ def _execute(
         # batch of parallel calls); the run was not the crash test it was meant to be.
         output.note(f"--crash-at {crash}: that seam was never reached in this run")
     if plan.resuming:
-        _refuse_unused_reviews(source, plan.thread_id)
+        _refuse_unused_reviews(source, plan.thread_id, driven.result.interrupts)
     if isinstance(source, FileDecisions) and source.unused_verdicts:
         unused = ", ".join(source.unused_verdicts)
         output.note(f"decisions file: verdicts not used (nothing asked for them): {unused}")
     return report(driven, sd, output, state_dir=flags.state_dir)
 
 
-def _refuse_unused_reviews(source: DecisionSource, thread_id: str) -> None:
+def _refuse_unused_reviews(
+    source: DecisionSource, thread_id: str, waiting: Sequence[PendingLike] = ()
+) -> None:
     """A decisions file whose review answers all went unused did not do what it says.
 
     Typically another process answered first and the thread had no review left
     (or was done) when this one looked: exiting 0 would tell a script its
-    answer (say, a reject) was applied.
+    answer (say, a reject) was applied. With reviews still ``waiting``, the
+    file answers none of them, and the error names them.
     """
-    if isinstance(source, FileDecisions) and source.reviews_given and not source.reviews_used:
+    if not (isinstance(source, FileDecisions) and source.reviews_given and not source.reviews_used):
+        return
+    reviews = [item for item in waiting if item.kind == "review"]
+    if reviews:
+        from effectgate.answers import pending_line
+
         raise DecisionError(
-            f"no review was pending on thread {thread_id!r}: the decisions file's answers "
-            "were not applied (was it answered elsewhere?)"
+            f"the decisions file answers none of the reviews pending on thread {thread_id!r} "
+            f"({'; '.join(map(pending_line, reviews))}): its answers were not applied"
         )
+    raise DecisionError(
+        f"no review was pending on thread {thread_id!r}: the decisions file's answers "
+        "were not applied (was it answered elsewhere?)"
+    )
 
 
 def _exit_code(driven: Driven) -> ExitCode:
