@@ -518,3 +518,24 @@ def test_damaged_checkpoint_rows_are_one_line_exit_1(world: World, damage: str) 
     [row] = [t for t in json.loads(listed.stdout)["threads"] if t["thread_id"] == "t"]
     assert row["status"] == "unreadable", row
     world.assert_outside_untouched()
+
+
+def test_tool_call_arguments_with_a_lone_surrogate_are_a_malformed_call(world: World) -> None:
+    """Arguments holding ``"\\ud800"`` are answered to the model as invalid, nothing runs.
+
+    A model's arguments are JSON text (here a scripted model's string-form
+    ``args``, as OpenAI sends them). Before, the intent hash failed with
+    ``UnicodeEncodeError`` (exit 5), and a resume showed and wrote ``?``.
+    """
+    args = '{"path": "n.txt", "content": "\\ud800"}'
+    model = _script(world, [{"tool_calls": [{"name": "write_file", "args": args}]}])
+    ran = world.run("run", "task", "--model", model, "--approve", "all", "--json")
+    assert ran.code == 0, ran.stderr[-2000:]
+    body = json.loads(ran.stdout)
+    assert body["status"] == "done" and body["operations"] == []
+    assert not (world.workspace / "n.txt").exists()
+    from effectgate import open_agent
+
+    with open_agent(world.state, model=model) as agent:  # the model was told why
+        told = [m for m in agent.messages(body["thread_id"]) if getattr(m, "tool_call_id", None)]
+    assert len(told) == 1 and "lone UTF-16 surrogate" in str(told[0].content), told

@@ -284,11 +284,15 @@ NOT_SENT: list[tuple[str, dict[str, Any], str]] = [
 def test_unsendable_request_is_rejected_without_a_connection(
     world: World, listener: Listener, tool: str, args: dict[str, Any], operation_id: str
 ) -> None:
-    """An encoding error before any byte left is proof: Rejected ("not sent"), no retry."""
+    """An encoding error before any byte left is proof: Rejected ("not sent"), no retry.
+
+    The arguments go through the schema alone: ``normalize`` refuses a lone
+    surrogate before any tool sees it; this is the tool's own defence behind it.
+    """
     spec = _tools(world, listener)[tool]
     ctx = ToolContext(operation_id=operation_id, thread_id="t", tool_call_id="c", attempt=1)
     with pytest.raises(Rejected) as caught:
-        spec.call(spec.normalize(args), ctx)
+        spec.call(spec.args_schema.model_validate(args), ctx)
     assert "not sent" in _one_line(caught.value)
     assert listener.accepted == 0
 

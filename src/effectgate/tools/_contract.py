@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -190,7 +191,8 @@ class ToolSpec:
             An instance of ``args_schema``.
 
         Raises:
-            ToolCallError: the arguments fail the schema (or path confinement).
+            ToolCallError: the arguments fail the schema (or path confinement),
+                or a string the schema accepted holds a lone surrogate.
         """
         if not isinstance(raw_args, Mapping):
             raise ToolCallError(
@@ -200,7 +202,7 @@ class ToolSpec:
                 tool_call_id=tool_call_id,
             )
         try:
-            return self.args_schema.model_validate(dict(raw_args))
+            validated = self.args_schema.model_validate(dict(raw_args))
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or '(args)'}: {err['msg']}"
@@ -211,6 +213,19 @@ class ToolSpec:
                 tool=self.name,
                 tool_call_id=tool_call_id,
             ) from exc
+        try:
+            json.dumps(self.args_dict(validated), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate the schema let through (a model's JSON escape of
+            # U+D800 alone): no text holds it, so the call could be neither
+            # hashed, stored nor shown for review. Told to the model as malformed.
+            raise ToolCallError(
+                f"tool {self.name!r}: invalid arguments: a string holds a lone UTF-16 "
+                "surrogate (not Unicode text)",
+                tool=self.name,
+                tool_call_id=tool_call_id,
+            ) from None
+        return validated
 
     def args_dict(self, args: BaseModel) -> dict[str, Any]:
         """Return normalized args as a JSON-compatible dict (what is hashed and stored)."""
@@ -241,7 +256,6 @@ class ToolSpec:
             if operation_id is not None and _takes_operation_id(self.preview):
                 return self.preview(args, operation_id=operation_id)  # type: ignore[call-arg]
             return self.preview(args)
-        import json
 
         return json.dumps(self.args_dict(args), indent=2, ensure_ascii=False, sort_keys=True)
 
