@@ -137,10 +137,8 @@ def test_fork_from_before_the_writes_repeats_none(
     assert all_checkpoint_problems(state_dir.checkpoints, "t1") == []
 
 
-def test_async_run_dispatches_through_the_ledger(
-    services: DemoServices, state_dir: StateDir
-) -> None:
-    """``ainvoke`` takes the same path: one review per turn, each write once, receipts stored."""
+def _approve_all_async(services: DemoServices, state_dir: StateDir, *, guard: Any) -> None:
+    """Run the incident with ``ainvoke``, approving every review, inside ``guard``; count."""
     import asyncio
 
     from langgraph.checkpoint.memory import InMemorySaver
@@ -154,43 +152,7 @@ def test_async_run_dispatches_through_the_ledger(
         )
 
         async def run() -> Any:
-            out = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, version="v2")
-            while out.interrupts:
-                (pending,) = out.interrupts
-                count = len(pending.value["action_requests"])
-                answer = {"decisions": [{"type": "approve"}] * count}
-                out = await graph.ainvoke(Command(resume=answer), CONFIG, version="v2")
-            return out
-
-        asyncio.run(run())
-        w = world(state_dir)
-        assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
-        assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
-
-
-def test_async_run_never_blocks_the_event_loop(services: DemoServices, state_dir: StateDir) -> None:
-    """The async hooks run the ledger and the tools off the event loop.
-
-    Under ``blockbuster`` (what ``langgraph dev`` turns on), a blocking call
-    on the loop raises ``BlockingError``. Before, the async hooks called the
-    ledger and the tools' HTTP and SMTP I/O on the loop, so a plain
-    ``langgraph dev`` failed unless started with ``--allow-blocking``.
-    """
-    import asyncio
-
-    from blockbuster import blockbuster_ctx
-    from langgraph.checkpoint.memory import InMemorySaver
-
-    with SqliteLedger(state_dir.ledger) as ledger:
-        graph = middleware_agent(
-            make_model("scripted:incident"),
-            default_tools(state_dir.workspace, services.endpoints),
-            ledger=ledger,
-            checkpointer=InMemorySaver(),
-        )
-
-        async def run() -> Any:
-            with blockbuster_ctx():
+            with guard:
                 out = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, version="v2")
                 while out.interrupts:
                     (pending,) = out.interrupts
@@ -203,6 +165,28 @@ def test_async_run_never_blocks_the_event_loop(services: DemoServices, state_dir
         w = world(state_dir)
         assert (w.tickets, w.mails, w.duplicate_tickets, w.duplicate_mails) == (1, 1, 0, 0)
         assert {op.state for op in ledger.list(thread_id="t1")} == {OpState.SUCCEEDED}
+
+
+def test_async_run_dispatches_through_the_ledger(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """``ainvoke`` takes the same path: one review per turn, each write once, receipts stored."""
+    import contextlib
+
+    _approve_all_async(services, state_dir, guard=contextlib.nullcontext())
+
+
+def test_async_run_never_blocks_the_event_loop(services: DemoServices, state_dir: StateDir) -> None:
+    """The async hooks run the ledger and the tools off the event loop.
+
+    Under ``blockbuster`` (what ``langgraph dev`` turns on), a blocking call
+    on the loop raises ``BlockingError``. Before, the async hooks called the
+    ledger and the tools' HTTP and SMTP I/O on the loop, so a plain
+    ``langgraph dev`` failed unless started with ``--allow-blocking``.
+    """
+    from blockbuster import blockbuster_ctx
+
+    _approve_all_async(services, state_dir, guard=blockbuster_ctx())
 
 
 def test_respond_is_a_reject_with_the_persons_text_marked_not_executed(
