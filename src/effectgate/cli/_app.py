@@ -214,28 +214,10 @@ CrashOpt = Annotated[
 ]
 
 
-def _utf8(value: str | None) -> str | None:
-    """Refuse text that is not UTF-8: bytes the shell passed that decode to no characters.
-
-    Python keeps such argv bytes as lone surrogates (``surrogateescape``);
-    they cannot be stored, compared as a name, or printed, so they are refused
-    here, once, before anything uses them.
-    """
-    if value is not None:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise typer.BadParameter(
-                f"{value!a}: not valid UTF-8 text (the bytes shown as \\udcXX)"
-            ) from None
-    return value
-
-
 ReviewerOpt = Annotated[
     str | None,
     typer.Option(
         "--reviewer",
-        callback=_utf8,
         help="Name recorded on approvals and verdicts (default: your user name).",
     ),
 ]
@@ -251,8 +233,10 @@ AgentOpt = Annotated[
 
 
 def _id_flag(value: str | None) -> str | None:
-    """Refuse an empty, blank-padded or non-UTF-8 id: it would silently name another thread."""
-    _utf8(value)
+    """Refuse an empty or blank-padded id: it would silently name another thread.
+
+    Non-UTF-8 bytes are refused earlier, for every word (``_Utf8Group``).
+    """
     if value is not None and (not value.strip() or value != value.strip()):
         raise typer.BadParameter(
             f"{value!r}: a thread id (or operation id) may not be empty, blank, "
@@ -368,7 +352,6 @@ def run(
     task: Annotated[
         str,
         typer.Argument(
-            callback=_utf8,
             help="The request for the agent; on an existing --thread, a follow-up.",
         ),
     ],
