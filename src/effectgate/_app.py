@@ -82,8 +82,9 @@ class StateDir:
 
         Raises:
             LedgerCorruptError: the directory has run threads on its SQLite
-                ledger, and that file is now missing or empty (0 bytes): a new
-                ledger would not know the effects the old one recorded.
+                ledger, and that file is now missing, empty (0 bytes) or
+                without its tables (``refuse_lost``): a new ledger would not
+                know the effects the old one recorded.
         """
         if self.store is not None:
             from effectgate.ledger import PostgresLedger
@@ -384,7 +385,7 @@ def _open_stores(
         from effectgate._postgres_app import open_postgres_stores
 
         return open_postgres_stores(stack, store, clock)
-    sd.refuse_lost(sd.checkpoints, sd.ledger)
+    sd.refuse_lost(sd.checkpoints)  # open_ledger checks the ledger
     conn = _open_checkpoints(sd.checkpoints)
     stack.callback(conn.close)
     ledger = stack.enter_context(sd.open_ledger(clock=clock))
