@@ -139,3 +139,48 @@ def test_a_pool_stopped_as_it_starts_its_workers_ends_each_with_its_summary(
     summaries = [json.loads(line) for line in out.splitlines()]
     assert len(summaries) == 2, out
     assert all(s["stopped"] is True and s["runs"] == 0 for s in summaries), summaries
+
+
+def test_a_worker_stopped_inside_a_run_counts_that_run(state_dir: StateDir, tmp_path: Path) -> None:
+    """SIGINT while an approved ``run_shell`` runs: the command ends once, the summary says 1 run.
+
+    The run stops at the next step boundary after the command ended (its
+    effect happened). Before, that run was taken for a held thread and the
+    summary said ``runs 0`` (found by a break test). The command's own bytes
+    show it ran once, and a second worker finishes the thread without
+    running it again.
+    """
+    from effectgate import open_agent, submit
+
+    command = "echo start >> log; sleep 2; echo end >> log"
+    script = {
+        "name": "p",
+        "final": "done",
+        "turns": [{"tool_calls": [{"name": "run_shell", "args": {"command": command}}]}],
+    }
+    model_path = tmp_path / "model.json"
+    model_path.write_text(json.dumps(script))
+    model = f"scripted:{model_path}"
+    with open_agent(state_dir, model=model) as agent:
+        submit(agent, "run the shell", thread_id="t")
+    args = ("worker", "--model", model, "--approve", "all", "--state-dir", str(state_dir.root))
+    log = state_dir.workspace / "log"
+    worker = start(*args, "--json")
+    try:
+        _wait_for(lambda: log.exists() and log.read_text().startswith("start"))
+        worker.send_signal(signal.SIGINT)
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 5, err
+    assert log.read_text() == "start\nend\n"
+    summary = _summary(out)
+    assert summary["runs"] == 1 and summary["stopped"] is True, out
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert sum(1 for line in lines if line.get("status") == "incomplete") == 1, out
+    again = start(*args, "--until-idle", "--json")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err
+    assert log.read_text() == "start\nend\n"  # the command did not run twice
+    assert any(json.loads(line).get("status") == "done" for line in out.splitlines()), out

@@ -159,8 +159,15 @@ def _take(
     say: Callable[[Mapping[str, Any]], None] | None,
     skipped: set[str],
     noted: set[str] | None = None,
-) -> Literal["moved", "held", "still"]:
+    stop: threading.Event | None = None,
+) -> Literal["moved", "held", "still", "stopped"]:
     """Run one ready thread; ``"moved"``, ``"held"`` (another worker has it) or ``"still"``.
+
+    ``"stopped"``: the run was made and ended early because the worker was
+    asked to stop (``stop`` set): it counts as a run, like ``"moved"`` (its
+    effects happened), and the loop ends. Before, such a run was taken for
+    a held thread and the summary said ``runs 0`` after an approved
+    ``run_shell`` had run to its end.
 
     Why the review policy left a review for a person is said once per
     thread and reason (``noted`` remembers what was said).
@@ -192,16 +199,36 @@ def _take(
     if not progressed:
         return "still"  # its review waits for what the policy does not answer
     if result.status == "incomplete":
-        # Stopped early (an operation it needs is in flight under another
-        # live runner, a model error): taking it again at once would only
-        # spin. Like a held thread, it is tried again after the poll pause,
-        # and ``until_idle`` waits for it. Said once per reason.
-        line = {"thread_id": thread_id, "was": state.value, "status": result.status}
-        _say_once(say, noted, {**line, "error": result.error})
-        return "held"
+        return _incomplete(thread_id, state, result.error, say=say, noted=noted, stop=stop)
     if say is not None:
         say({"thread_id": thread_id, "was": state.value, "status": result.status})
     return "moved"
+
+
+def _incomplete(
+    thread_id: str,
+    state: Readiness,
+    error: str | None,
+    *,
+    say: Callable[[Mapping[str, Any]], None] | None,
+    noted: set[str] | None,
+    stop: threading.Event | None,
+) -> Literal["held", "stopped"]:
+    """What ``_take`` makes of a run that ended early (status ``incomplete``).
+
+    Stopped by the worker's own stop (``stop`` set): ``"stopped"``, a run
+    made, said once. Otherwise (an operation it needs is in flight under
+    another live runner, a model error) taking it again at once would only
+    spin: like a held thread, ``"held"``, tried again after the poll pause
+    (``until_idle`` waits for it), said once per reason.
+    """
+    line = {"thread_id": thread_id, "was": state.value, "status": "incomplete", "error": error}
+    if stop is not None and stop.is_set():
+        if say is not None:
+            say(line)
+        return "stopped"
+    _say_once(say, noted, line)
+    return "held"
 
 
 def _threads(
@@ -358,9 +385,11 @@ def _scan(
         takes_review = state is Readiness.REVIEW and opts.approve is not None
         if state not in (Readiness.NEW, Readiness.UNFINISHED) and not takes_review:
             continue
-        outcome = _take(agent, record.thread_id, state, opts, say=say, skipped=skipped, noted=noted)
+        outcome = _take(
+            agent, record.thread_id, state, opts, say=say, skipped=skipped, noted=noted, stop=stop
+        )
         held += outcome == "held"
-        moved += outcome == "moved"
+        moved += outcome in ("moved", "stopped")
     return moved, held
 
 
