@@ -174,3 +174,35 @@ def test_a_worker_leaves_a_thread_started_with_another_model_to_a_worker_with_it
     assert own.code == 0, own.stderr
     assert (state_dir.workspace / "a.txt").read_text() == "alpha\n"
     assert (state_dir.workspace / "b.txt").read_text() == "beta\n"
+
+
+def test_a_finished_agent_thread_is_reported_and_its_answers_judged(
+    state_dir: StateDir, tmp_path: Path
+) -> None:
+    """``resume`` of a done ``--agent`` thread: reported, late answers judged by what was recorded.
+
+    One resume path for every thread (``cli._resume``). Before, a thread run
+    with ``--agent`` went through a second path without the "already done"
+    check: it was opened with its model and resumed (nothing written) and
+    never said it was done. The answers were judged the same on both paths;
+    that stays.
+    """
+    sd = ["--state-dir", str(state_dir.root)]
+    start = eg("run", _custom_agent.TASK, "--thread", "b", "--agent", AGENT, *sd, cwd=ROOT)
+    assert start.code == 4, (start.stdout, start.stderr)
+    (entry,) = json.loads(eg("pending", *sd, "--json", cwd=ROOT).stdout)["threads"]
+    review = entry["interrupts"][0]["id"]
+    approve, reject = tmp_path / "approve.json", tmp_path / "reject.json"
+    approve.write_text(json.dumps({"interrupt_id": review, "decisions": [{"type": "approve"}]}))
+    reject.write_text(json.dumps({"interrupt_id": review, "decisions": [{"type": "reject"}]}))
+    done = eg("resume", "--thread", "b", "--decisions", str(approve), *sd, cwd=ROOT)
+    assert done.code == 0, (done.stdout, done.stderr)
+    assert _bells(state_dir) == ["release"]
+
+    same = eg("resume", "--thread", "b", "--decisions", str(approve), *sd, cwd=ROOT)
+    assert same.code == 0, (same.stdout, same.stderr)
+    assert "already done; nothing to resume" in same.stderr + same.stdout
+    late = eg("resume", "--thread", "b", "--decisions", str(reject), *sd, cwd=ROOT)
+    assert late.code == 2, (late.stdout, late.stderr)
+    assert "already decided: approve" in " ".join(late.stderr.split())
+    assert _bells(state_dir) == ["release"]

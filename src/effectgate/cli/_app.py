@@ -26,7 +26,8 @@ from effectgate.cli._output import (
     command_hint,
     handled,
 )
-from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_resume, run_task
+from effectgate.cli._resume import run_resume
+from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_task
 from effectgate.cli._signals import Mode
 from effectgate.errors import ConfigError
 
@@ -508,23 +509,13 @@ def resume(
         if store is not None:
             _loader.join_store(state_dir, store)
         _loader.check_recorded(state_dir, thread)
-        if agent is not None or _loader.agent_at(state_dir, thread) is not None:
-            code = _loader.run_resume_with_agent(
-                _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
-                output,
-                thread_id=thread,
-                agent_spec=agent,
-                model_spec=model,
-                model_options={"base_url": base_url, "api_key": api_key},
-            )
-            raise typer.Exit(code)
-        _loader.check_builtin_tools(state_dir, thread)
         code = run_resume(
             _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,
             thread_id=thread,
-            model_options={"base_url": base_url, "api_key": api_key},
+            agent_spec=agent,
             model_spec=model,
+            model_options={"base_url": base_url, "api_key": api_key},
             with_services=with_services,
         )
     raise typer.Exit(code)

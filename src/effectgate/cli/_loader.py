@@ -13,9 +13,9 @@ The spec is remembered per thread in ``agents.json`` in the state directory
 flag being repeated. The thread record in the ledger is write-once, and a
 thread started through the library has no CLI metadata at all, hence the file.
 
-This module also holds the two runs that need such an agent or a stored
-thread: a follow-up message (``run --thread T MESSAGE`` on an existing thread)
-and a resume with a loaded agent.
+This module also holds the runs that need such an agent or a stored
+thread: a new thread with ``--agent`` and a follow-up message (``run --thread
+T MESSAGE`` on an existing thread); ``cli._resume`` holds the one resume path.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ __all__ = [
     "agent_at",
     "agent_of",
     "remembered_agent",
+    "resolve_model",
     "run_followup",
-    "run_resume_with_agent",
     "run_start_with_agent",
     "thread_agent",
 ]
@@ -289,8 +289,13 @@ def agent_at(state_dir: Path, thread_id: str) -> str | None:
 
 
 @contextlib.contextmanager
-def inspection_agent_for(sd: StateDir, thread_id: str) -> Iterator[tuple[Agent, str | None]]:
+def inspection_agent_for(
+    sd: StateDir, thread_id: str, recipe: AgentRecipe | None = None
+) -> Iterator[tuple[Agent, str | None]]:
     """An agent that reads ``thread_id`` with its own tools when its recipe is known (``agent_of``).
+
+    ``recipe``: the thread's recipe already loaded (the factory is not
+    called again), else it is looked up and loaded here.
 
     Yields:
         ``(agent, note)``: ``note`` says why the recipe could not be
@@ -299,6 +304,10 @@ def inspection_agent_for(sd: StateDir, thread_id: str) -> Iterator[tuple[Agent, 
     from effectgate._app import open_agent
     from effectgate.cli._runs import DEMO_MODEL, inspection_agent
 
+    if recipe is not None:
+        with open_agent(sd, model=DEMO_MODEL, tools=recipe.tools) as agent:
+            yield agent, None
+        return
     spec = agent_of(sd, thread_id)
     note = None
     if spec is not None:
@@ -314,25 +323,69 @@ def inspection_agent_for(sd: StateDir, thread_id: str) -> Iterator[tuple[Agent, 
         yield agent, note
 
 
-def _model_for(
+def resolve_model(
     recipe: AgentRecipe | None,
     model_spec: str | None,
     stored: Mapping[str, Any],
     options: Mapping[str, Any],
     thread_id: str,
+    *,
+    output: Output | None = None,
 ) -> BaseChatModel:
+    """The model of a run on an existing thread: ``--model``, else the recipe's, else the record's.
+
+    Args:
+        recipe: the thread's ``--agent`` recipe, or ``None`` (built-in tools).
+        model_spec: ``--model``, for this run only (the record is write-once).
+        stored: the thread record's metadata (its ``model`` spec, if any).
+        options: ``make_model`` options (``base_url``, ``api_key``,
+            ``max_retries``); ``None`` values are ignored.
+        thread_id: named in the errors.
+        output: told when ``--model`` replaces the recorded model.
+
+    Returns:
+        The chat model (a recipe may give one already built).
+
+    Raises:
+        ConfigError: no model at all (the thread records none: started
+            through the library, and no ``--model`` or recipe model is
+            given), or a spec that cannot be built; for the recorded spec
+            the message names it and ``--model``.
+    """
     from effectgate.models import make_model
 
-    given: Any = model_spec or (recipe.model if recipe is not None else None) or stored.get("model")
-    if given is None:
-        raise ConfigError(
-            f"thread {thread_id!r} has no recorded model: pass --model SPEC "
-            "(or an --agent whose factory returns a model)"
-        )
-    if isinstance(given, str):
-        opts = {k: v for k, v in options.items() if v is not None}
+    opts = {k: v for k, v in options.items() if v is not None}
+    recorded = stored.get("model")
+    if model_spec is not None:
+        if output is not None and recipe is None:
+            if recorded is None:
+                output.progress(f"model {model_spec} for this resume (the thread records none)")
+            elif model_spec != recorded:
+                output.progress(
+                    f"model {model_spec} for this resume (the thread's stored one: {recorded})"
+                )
+        return make_model(model_spec, **opts)
+    if recipe is not None and recipe.model is not None:
+        given: Any = recipe.model
+        if not isinstance(given, str):
+            return given  # type: ignore[no-any-return]
         return make_model(given, **opts)
-    return given  # type: ignore[no-any-return]
+    if recorded is None:
+        # Started through the library (or by a build that stored nothing):
+        # guessing a model could make it propose effects the thread never
+        # planned, and --approve all would approve them.
+        raise ConfigError(
+            f"thread {thread_id!r} has no recorded model (it was started through the "
+            "library, not the CLI): pass --model SPEC, the model it was started with"
+            + ("" if recipe is None else ", or an --agent whose factory returns a model")
+        )
+    try:
+        return make_model(str(recorded), **opts)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc} (the thread's stored model is {recorded!r}; "
+            "pass --model to resume it with another)"
+        ) from exc
 
 
 def recipe_options(recipe: AgentRecipe | None) -> dict[str, Any]:
@@ -462,7 +515,12 @@ def run_start_with_agent(
     source = _source(flags, output)
     sd = StateDir.open(flags.state_dir, store=flags.store)
     recipe = load_recipe(agent_spec, sd)
-    model = _model_for(recipe, model_spec, {}, model_options, thread_id)
+    if model_spec is None and recipe.model is None:
+        raise ConfigError(
+            f"{agent_spec} returns no model: a new thread needs --model SPEC "
+            "(or an --agent whose factory returns a model)"
+        )
+    model = resolve_model(recipe, model_spec, {}, model_options, thread_id)
     remember_agent(sd, thread_id, agent_spec)
     metadata: dict[str, Any] = {"kind": "run", "agent": agent_spec, "services": False}
     if model_spec is not None:
@@ -503,7 +561,7 @@ def _continue(
         remember_agent(sd, thread_id, spec)
     options = {k: meta.get(k) for k in ("base_url", "max_retries")}
     options.update({k: v for k, v in model_options.items() if v is not None})
-    model = _model_for(recipe, model_spec, meta, options, thread_id)
+    model = resolve_model(recipe, model_spec, meta, options, thread_id)
     services = recipe is None and (with_services or uses_services(meta))
     plan = _Plan(
         thread_id=thread_id,
@@ -556,31 +614,4 @@ def run_followup(
         with_services=with_services,
         begin=begin,
         resuming=False,
-    )
-
-
-def run_resume_with_agent(
-    flags: RunFlags,
-    output: Output,
-    *,
-    thread_id: str,
-    agent_spec: str | None,
-    model_spec: str | None,
-    model_options: Mapping[str, Any],
-) -> int:
-    """``effectgate resume`` for a thread whose agent comes from ``--agent`` (given or remembered).
-
-    Returns:
-        The exit code.
-    """
-    return _continue(
-        flags,
-        output,
-        thread_id=thread_id,
-        agent_spec=agent_spec,
-        model_spec=model_spec,
-        model_options=model_options,
-        with_services=False,
-        begin=lambda agent: agent.resume(thread_id),
-        resuming=True,
     )

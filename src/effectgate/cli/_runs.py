@@ -39,7 +39,6 @@ from effectgate.cli._session import (
     check_failpoint,
     drive,
     external_counts,
-    judge_leftover,
     judge_unused_verdicts,
 )
 from effectgate.cli._signals import STOPPER
@@ -61,7 +60,6 @@ __all__ = [
     "new_thread_id",
     "report",
     "run_demo",
-    "run_resume",
     "run_task",
     "services_skip",
     "stored_model_spec",
@@ -572,83 +570,3 @@ def run_task(
         begin=lambda agent: agent.start(task, thread_id=thread, metadata=metadata),
     )
     return _execute(sd, flags, plan, source, output)
-
-
-def run_resume(
-    flags: RunFlags,
-    output: Output,
-    *,
-    thread_id: str,
-    model_options: Mapping[str, Any],
-    model_spec: str | None = None,
-    with_services: bool = False,
-) -> int:
-    """Continue a thread from where it stopped, with the agent its metadata describes.
-
-    A thread that is already done is only reported: nothing starts, nothing
-    is written. ``model_spec`` replaces the stored model for this resume only
-    (the thread record is write-once).
-
-    Returns:
-        The exit code.
-
-    Raises:
-        ConfigError: no such state directory or thread, or a model that
-            cannot be built (the message names the stored spec and ``--model``).
-    """
-    from effectgate._app import StateDir
-
-    source = _source(flags, output)
-    crash = check_failpoint(flags.crash_at)
-    sd = StateDir.open(flags.state_dir, create=False, store=flags.store)
-    meta = thread_record(sd, thread_id)
-    with inspection_agent(sd) as reader:
-        status = reader.status(thread_id)
-        if status.status.value == "done":
-            # answers to reviews this thread already decided: the recorded outcome, or refused
-            status = judge_leftover(reader, thread_id, source, output.note) or status
-    if status.status.value == "done":
-        _refuse_unused_reviews(source, thread_id)
-        output.progress(f"thread {thread_id} is already done; nothing to resume")
-        return report(status, sd, output, state_dir=flags.state_dir)
-    options = {k: meta.get(k) for k in ("base_url", "max_retries")}
-    options.update({k: v for k, v in model_options.items() if v is not None})
-    stored = meta.get("model")
-    if stored is None and model_spec is None:
-        # Started through the library (or by a build that stored nothing):
-        # guessing a model could make it propose effects the thread never
-        # planned, and --approve all would approve them.
-        raise ConfigError(
-            f"thread {thread_id!r} has no recorded model (it was started through the "
-            "library, not the CLI): pass --model SPEC, the model it was started with"
-        )
-    model = _resume_model(None if stored is None else str(stored), model_spec, options, output)
-    services = with_services or uses_services(meta)
-    _check_crash_tools(crash, sd.root, services=services)
-    plan = _Plan(
-        thread_id=thread_id,
-        model=model,
-        services=services,
-        begin=lambda agent: agent.resume(thread_id),
-        resuming=True,
-    )
-    return _execute(sd, flags, plan, source, output)
-
-
-def _resume_model(
-    stored: str | None, override: str | None, options: Mapping[str, Any], output: Output
-) -> BaseChatModel:
-    if override is not None:
-        if stored is None:
-            output.progress(f"model {override} for this resume (the thread records none)")
-        elif override != stored:
-            output.progress(f"model {override} for this resume (the thread's stored one: {stored})")
-        return _model(override, options)
-    assert stored is not None  # run_resume refuses a thread with neither
-    try:
-        return _model(stored, options)
-    except ConfigError as exc:
-        raise ConfigError(
-            f"{exc} (the thread's stored model is {stored!r}; "
-            "pass --model to resume it with another)"
-        ) from exc
