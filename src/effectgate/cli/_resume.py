@@ -10,8 +10,8 @@ built-in tools (the model and demo services its record names) or an
    names tools none of them provides);
 3. a thread already done is only reported, read by an inspection agent that
    never calls anything: no model is built, no service started, nothing
-   written (answers in a decisions file for its decided reviews are judged
-   against what was recorded);
+   written (answers in a decisions file for its decided reviews, and its
+   verdicts, are judged against what was recorded);
 4. otherwise the model is built (``--model`` for this resume only, else the
    recipe's, else the one the record names) and ``_runs._execute`` opens the
    agent and resumes it.
@@ -52,7 +52,7 @@ from effectgate.cli._runs import (
     thread_record,
     uses_services,
 )
-from effectgate.cli._session import check_failpoint, judge_leftover
+from effectgate.cli._session import check_failpoint, judge_leftover, judge_unused_verdicts
 
 if TYPE_CHECKING:
     from effectgate.cli._loader import AgentRecipe
@@ -112,6 +112,8 @@ def run_resume(
         if status.status.value == "done":
             # answers to reviews this thread already decided: the recorded outcome, or refused
             status = judge_leftover(reader, thread_id, source, output.note) or status
+            # verdicts nothing asks for any more: the recorded one, or refused
+            judge_unused_verdicts(reader, source, say=output.note)
     if status.status.value == "done":
         _refuse_unused_reviews(source, thread_id)
         output.progress(f"thread {thread_id} is already done; nothing to resume")
