@@ -71,6 +71,9 @@ __all__ = [
     "as_payload",
     "bind_decisions",
     "bind_shown_flags",
+    "EDIT_NEEDS",
+    "check_decision_allowed",
+    "check_decision_count",
     "check_no_orphans",
     "check_resume_ids",
     "check_unkeyed_resume",
@@ -79,6 +82,7 @@ __all__ = [
     "close_for_follow_up",
     "decision_allowed",
     "describe_pending",
+    "edited_args",
     "description_flags",
     "flag_text",
     "flags_of",
@@ -91,6 +95,7 @@ __all__ = [
     "recorded_decision",
     "recorded_verdict",
     "resolve",
+    "review_decisions",
     "review_description",
     "settle_stale",
     "settle_verdict",
@@ -605,6 +610,89 @@ def _order_problem(
     )
 
 
+def review_decisions(answer: Any) -> list[Any]:
+    """The one shape rule: a review answer is ``{"decisions": [...], ...}``.
+
+    Returns:
+        ``answer["decisions"]`` (each entry is checked by the other rules).
+
+    Raises:
+        DecisionError: ``answer`` is not a mapping with a ``decisions`` list;
+            the refusal shows what was given.
+    """
+    if not isinstance(answer, Mapping) or not isinstance(answer.get("decisions"), list):
+        raise DecisionError(
+            'a review answer must look like {"decisions": [{"type": "approve"}, ...]}; '
+            f"got {answer!r}"
+        )
+    return list(answer["decisions"])
+
+
+def check_decision_allowed(
+    kind: Any, allowed: Sequence[str], *, tool: str, call_id: str, conflict: bool = False
+) -> None:
+    """The one rule for decision types: ``kind`` must be one the call's review allows.
+
+    Args:
+        kind: the decision's ``type``.
+        allowed: the call's ``allowed_decisions`` (``decision_allowed``).
+        tool: the call's tool name, named in the refusal.
+        call_id: the call's ``tool_call_id``, named in the refusal.
+        conflict: the call's operation id is bound to other arguments (its
+            review allows only ``reject``): the refusal says so.
+
+    Raises:
+        DecisionError: ``kind`` is not allowed for this call.
+    """
+    if not decision_allowed(kind, allowed):
+        raise DecisionError(
+            f"decision {kind!r} is not allowed for {tool} ({call_id}); allowed: "
+            f"{', '.join(allowed)}"
+            + (" (the operation id is bound to other arguments)" if conflict else "")
+        )
+
+
+def check_decision_count(given: int, pending: int) -> None:
+    """The one count rule: a review answer has one decision per pending call, in order.
+
+    Args:
+        given: the number of decisions in the answer.
+        pending: the number of calls the review asked about.
+
+    Raises:
+        DecisionError: ``given != pending`` (``N decision(s) for M pending
+            call(s)``, docs/answers.md); nothing is resumed.
+    """
+    if given != pending:
+        raise DecisionError(
+            f"{given} decision(s) for {pending} pending call(s): answer every call, in order"
+        )
+
+
+EDIT_NEEDS = "needs edited_action: {name, args}"
+"""The clause of the one edit rule's refusal; ``edited_args`` and the CLI's file check say it."""
+
+
+def edited_args(decision: Mapping[str, Any], subject: str) -> Mapping[str, Any]:
+    """The one edit rule: an ``edit`` carries ``edited_action`` with an ``args`` object.
+
+    Args:
+        decision: one decision of a review answer, of type ``edit``.
+        subject: what the refusal names, e.g. ``edit of call_1``.
+
+    Returns:
+        ``decision["edited_action"]`` (``{"args": {...}, "name": ...?}``).
+
+    Raises:
+        DecisionError: ``edited_action`` missing, not an object, or without
+            an ``args`` object: ``"<subject> needs edited_action: {name, args}"``.
+    """
+    edited = decision.get("edited_action")
+    if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
+        raise DecisionError(f"{subject} {EDIT_NEEDS}")
+    return edited
+
+
 def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
     """Whether a decision type may answer a call whose review allows ``allowed``.
 
@@ -627,16 +715,10 @@ def check_review_answer(
             names another call, operation or intent than the one shown.
             Nothing is resumed.
     """
-    decisions = answer.get("decisions") if isinstance(answer, Mapping) else None
-    if not isinstance(decisions, list):
-        raise DecisionError('a review answer must look like {"decisions": [...]}')
+    decisions = review_decisions(answer)
     actions = request.get("action_requests", [])
     configs = request.get("review_configs", [])
-    if len(decisions) != len(actions):
-        raise DecisionError(
-            f"{len(decisions)} decision(s) for {len(actions)} pending call(s): "
-            "answer every call, in order"
-        )
+    check_decision_count(len(decisions), len(actions))
     named = [
         (str(d.get("operation_id")), str(d.get("intent_hash")))
         for d in decisions
@@ -648,11 +730,12 @@ def check_review_answer(
             raise DecisionError(problem)
     for action, config, decision in zip(actions, configs, decisions, strict=True):
         kind = decision.get("type") if isinstance(decision, Mapping) else None
-        if not decision_allowed(kind, config.get("allowed_decisions", [])):
-            raise DecisionError(
-                f"decision {kind!r} not allowed for {action['name']} ({action['tool_call_id']}); "
-                f"allowed: {', '.join(config.get('allowed_decisions', []))}"
-            )
+        check_decision_allowed(
+            kind,
+            config.get("allowed_decisions", []),
+            tool=action["name"],
+            call_id=action["tool_call_id"],
+        )
         assert isinstance(decision, Mapping)
         for key in ("tool_call_id", "operation_id", "intent_hash"):
             given = decision.get(key)
@@ -662,11 +745,7 @@ def check_review_answer(
                     f"{action.get(key)!r} ({action['name']}); this answer ran nothing"
                 )
         if kind == "edit":
-            edited = decision.get("edited_action")
-            if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
-                raise DecisionError(
-                    f"edit of {action['tool_call_id']} needs edited_action: {{name, args}}"
-                )
+            edited_args(decision, f"edit of {action['tool_call_id']}")
 
 
 def _named_ids(answer: Mapping[str, Any]) -> list[tuple[str, str]] | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from effectgate._untrusted import parse_json, read_regular_file
-from effectgate.answers import OneAnswerEach, bind_decisions, flag_text, flags_of
+from effectgate.answers import OneAnswerEach, bind_decisions, edited_args, flag_text, flags_of
 from effectgate.cli._render import dumps, terminal_safe
 from effectgate.errors import DecisionError
 
@@ -467,9 +467,7 @@ def _check_decision(decision: Any, where: str) -> None:
     if kind not in _TYPES:
         raise DecisionError(f"{where}: type must be one of {', '.join(_TYPES)}; got {kind!r}")
     if kind == "edit":
-        edited = decision.get("edited_action")
-        if not isinstance(edited, dict) or not isinstance(edited.get("args"), dict):
-            raise DecisionError(f'{where}: edit needs "edited_action": {{"args": {{...}}}}')
+        edited_args(decision, f"{where}: edit")
     if "message" in decision and not isinstance(decision["message"], str):
         raise DecisionError(f"{where}: message must be a string")
 

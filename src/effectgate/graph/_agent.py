@@ -1384,8 +1384,8 @@ class _Seen:
 
 
 def _check_answers_shape(decisions: Any, verdicts: Any, answers: Any) -> None:
-    if decisions is not None and not isinstance(decisions, Mapping):
-        raise DecisionError('a review answer must look like {"decisions": [...]}')
+    if decisions is not None:
+        answer_protocol.review_decisions(decisions)  # the one shape rule
     if verdicts is not None and not isinstance(verdicts, Mapping):
         raise DecisionError("verdicts must map operation ids to verdicts")
     if answers is not None and not isinstance(answers, Mapping):

@@ -42,13 +42,16 @@ from effectgate._intent import default_operation_id
 from effectgate.answers import (
     RESOLVED,
     bind_shown_flags,
+    check_decision_allowed,
+    check_decision_count,
     check_resume_ids,
     check_unkeyed_resume,
-    decision_allowed,
+    edited_args,
     flag_text,
     flags_of,
     new_flags,
     recorded_decision,
+    review_decisions,
     review_description,
     started,
 )
@@ -546,12 +549,13 @@ def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -
     if not isinstance(decision, Mapping):
         raise DecisionError(f"decision for {p.call.id} must be an object, got {decision!r}")
     kind = decision.get("type")
-    if not decision_allowed(kind, p.config["allowed_decisions"]):
-        raise DecisionError(
-            f"decision {kind!r} is not allowed for {p.spec.name} ({p.call.id}); allowed: "
-            f"{', '.join(p.config['allowed_decisions'])}"
-            + (" (the operation id is bound to other arguments)" if p.request["conflict"] else "")
-        )
+    check_decision_allowed(
+        kind,
+        p.config["allowed_decisions"],
+        tool=p.spec.name,
+        call_id=p.call.id,
+        conflict=bool(p.request["conflict"]),
+    )
     named = decision.get("tool_call_id")
     if named is not None and named != p.call.id:
         raise DecisionError(f"decision names call {named!r} where {p.call.id!r} was expected")
@@ -602,9 +606,7 @@ def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -
 def _decide_edit(
     p: Prepared, decision: Mapping[str, Any], *, thread_id: str, ledger: Ledger
 ) -> _Decided:
-    edited = decision.get("edited_action")
-    if not isinstance(edited, Mapping) or not isinstance(edited.get("args"), Mapping):
-        raise DecisionError(f"edit of {p.call.id} needs edited_action: {{name, args}}")
+    edited = edited_args(decision, f"edit of {p.call.id}")
     if edited.get("name", p.spec.name) != p.spec.name:
         raise DecisionError(f"edit of {p.call.id} may not change the tool ({p.spec.name})")
     try:
@@ -652,17 +654,8 @@ def parse_decisions(
             ``shown`` hashes or operation ids that differ from the calls as
             they are now.
     """
-    if not isinstance(answer, Mapping) or not isinstance(answer.get("decisions"), list):
-        raise DecisionError(
-            'a review answer must look like {"decisions": [{"type": "approve"}, ...]}; '
-            f"got {answer!r}"
-        )
-    decisions = answer["decisions"]
-    if len(decisions) != len(asked):
-        raise DecisionError(
-            f"{len(decisions)} decision(s) for {len(asked)} pending call(s): "
-            "answer every call, in order"
-        )
+    decisions = review_decisions(answer)
+    check_decision_count(len(decisions), len(asked))
     reviewer = answer.get("reviewer")
     if reviewer is not None and not isinstance(reviewer, str):
         raise DecisionError("reviewer must be a string")
