@@ -96,7 +96,8 @@ from effectgate.ledger._model import (
     ThreadTombstone,
 )
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS, VERSION_TABLE
-from effectgate.ledger._sqlite import _DecodedRows, _ref_filter
+from effectgate.ledger._sql import POSTGRES
+from effectgate.ledger._sql_store import DecodedRows as _DecodedRows
 from effectgate.ledger._store import (
     Change,
     Expect,
@@ -1111,10 +1112,7 @@ class _Reader:
         operation_id: str | None = None,
         intent_hash: str | None = None,
     ) -> list[tuple[str, str]]:
-        where, params = _ref_filter(thread_id, operation_id, intent_hash, "%s")
-        rows = self._rows(
-            "SELECT operation_id, thread_id FROM ledger_operations" + where + SQL_LIST_ORDER, params
-        )
+        rows = self._rows(*POSTGRES.operation_refs(thread_id, operation_id, intent_hash))
         return [(str(r[0]), str(r[1])) for r in rows]
 
     def intent_neighbours(
