@@ -1,5 +1,11 @@
 """``PostgresLedgerStore``: the ledger on PostgreSQL, for many workers on many machines.
 
+(Over 800 lines, for now: the session below, with its pipelining, replay on a
+fresh connection and lookup of a lost commit, and the error mapping it rests
+on are one argument, being changed on other branches; they move to a module
+of their own once those land. Its SQL is in ``_sql``, its reads and writes in
+``_sql_store``.)
+
 The same ``LedgerStore`` seam as ``SqliteLedgerStore`` and the same
 conformance suite (``effectgate.testing.ledger_conformance``); the ``Ledger``
 facade above it is unchanged. psycopg 3 with a ``psycopg_pool`` pool of
