@@ -223,11 +223,11 @@ def test_unusable_paths_are_config_errors(tmp_path: Path, where: str) -> None:
 
 
 def _stored_rows(path: Path) -> list[tuple[object, ...]]:
-    from effectgate.ledger._sqlite import SQL_LIST_OPERATIONS
+    from effectgate.ledger._sql import SQLITE
 
     conn = sqlite3.connect(path)
     try:
-        return conn.execute(SQL_LIST_OPERATIONS).fetchall()
+        return conn.execute(SQLITE.select_operations).fetchall()
     finally:
         conn.close()
 

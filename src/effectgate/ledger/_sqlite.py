@@ -13,9 +13,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,133 +29,18 @@ from effectgate.errors import (
     SchemaVersionError,
 )
 from effectgate.ledger import _codec as codec
-from effectgate.ledger._migrations import (
-    APPLICATION_ID,
-    LATEST_VERSION,
-    MIGRATIONS,
-    UNFINISHED_STATES_SQL,
+from effectgate.ledger._migrations import APPLICATION_ID, LATEST_VERSION, MIGRATIONS
+from effectgate.ledger._model import Lease, Operation
+from effectgate.ledger._sql import (
+    SQLITE,
+    SQLITE_COUNT_OBJECTS,
+    SQLITE_DATA_VERSION,
+    SQLITE_HAS_SCHEMA_TABLE,
 )
-from effectgate.ledger._model import (
-    TERMINAL,
-    UNFINISHED,
-    Approval,
-    Event,
-    EventKind,
-    Lease,
-    Operation,
-    OperationTombstone,
-    OpState,
-    ThreadEvent,
-    ThreadRecord,
-    ThreadTombstone,
-)
-from effectgate.ledger._store import (
-    Change,
-    Expect,
-    NewEvent,
-    StateCount,
-    StoreReader,
-    StoreTransaction,
-    WriteOnce,
-)
+from effectgate.ledger._sql_store import DecodedRows, SqlReader, SqlTransaction
+from effectgate.ledger._store import StoreReader, StoreTransaction
 
 __all__ = ["SqliteLedgerStore"]
-
-_OP_COLUMNS = ", ".join(codec.OPERATION_COLUMNS)
-_OP_PARAMS = ", ".join("?" * len(codec.OPERATION_COLUMNS))
-_APPROVAL_COLUMNS = ", ".join(codec.APPROVAL_COLUMNS)
-_EVENT_COLUMNS = "seq, operation_id, kind, src, dst, attempt, at_ms, detail_json"
-
-
-def _in_list(states: Iterable[OpState]) -> str:
-    # OpState values are fixed identifiers, so inlining them is injection-safe
-    # and gives one cached statement per state set.
-    return ",".join(f"'{OpState(s).value}'" for s in sorted(states))
-
-
-_UNFINISHED_SQL = UNFINISHED_STATES_SQL
-_KNOWN = _in_list(OpState)
-
-SQL_INSERT_OPERATION = (
-    f"INSERT INTO operations ({_OP_COLUMNS}) VALUES ({_OP_PARAMS}) "
-    f"ON CONFLICT (operation_id) DO NOTHING RETURNING {_OP_COLUMNS}"
-)
-SQL_GET_OPERATION = f"SELECT {_OP_COLUMNS} FROM operations WHERE operation_id = ?"
-# SET expressions see the *old* row, so ``prev_state = state`` records the
-# state being left and RETURNING hands it back: the transition event needs it,
-# and this saves a read per claim (SQLite's RETURNING only shows new values).
-SQL_COMPARE_AND_SET = f"""UPDATE operations SET
-    prev_state = state, state = :state,
-    attempt = COALESCE(:attempt, attempt),
-    receipt_json = COALESCE(:receipt_json, receipt_json),
-    error = COALESCE(:error, error),
-    claimed_by = :claimed_by,
-    next_attempt_at_ms = :next_attempt_at_ms,
-    {{recoveries}}
-    updated_at_ms = :updated_at_ms
-WHERE operation_id = :operation_id AND state IN ({{states}})
-    AND (:expect_attempt IS NULL OR attempt = :expect_attempt)
-    AND (:expect_intent_hash IS NULL OR intent_hash = :expect_intent_hash)
-    AND (:attempts_allowed_at_least IS NULL
-        OR max_attempts + recoveries >= :attempts_allowed_at_least)
-RETURNING {_OP_COLUMNS}"""
-SQL_LIST_OPERATIONS = f"SELECT {_OP_COLUMNS} FROM operations"
-SQL_LIST_ORDER = " ORDER BY created_at_ms, operation_id"
-SQL_COUNT_OPERATIONS = "SELECT state, attempt, COUNT(*) FROM operations GROUP BY state, attempt"
-SQL_OLDEST_UPDATED = (
-    f"SELECT MIN(updated_at_ms) FROM operations WHERE {_UNFINISHED_SQL} AND state = ?"
-)
-SQL_INSERT_APPROVAL = (
-    f"INSERT INTO approvals ({_APPROVAL_COLUMNS}) VALUES ({', '.join('?' * 10)}) "
-    "ON CONFLICT DO NOTHING"
-)
-SQL_GET_APPROVAL_BY_KEY = (
-    f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE operation_id = ? AND decided_at_ms = ? "
-    "AND reviewer = ? AND decision = ? AND intent_hash = ?"
-)
-SQL_LIST_APPROVALS = f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE operation_id = ? ORDER BY id"
-SQL_INSERT_EVENT = (
-    "INSERT INTO events (operation_id, kind, src, dst, attempt, at_ms, detail_json) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-SQL_LIST_EVENTS = f"SELECT {_EVENT_COLUMNS} FROM events"
-SQL_LIST_EVENTS_BY_THREAD = (
-    f"SELECT {', '.join('e.' + c for c in _EVENT_COLUMNS.split(', '))} FROM events e "
-    "JOIN operations o ON o.operation_id = e.operation_id WHERE o.thread_id = ?"
-)
-SQL_COUNT_EVENTS = "SELECT COUNT(*) FROM events WHERE kind = ?"
-SQL_INSERT_THREAD = (
-    "INSERT INTO threads (thread_id, input_json, metadata_json, created_at_ms) "
-    "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING"
-)
-SQL_GET_THREAD = (
-    "SELECT thread_id, input_json, metadata_json, created_at_ms FROM threads WHERE thread_id = ?"
-)
-SQL_LIST_THREADS = (
-    "SELECT thread_id, input_json, metadata_json, created_at_ms FROM threads "
-    "ORDER BY created_at_ms, thread_id"
-)
-SQL_GET_LEASE = (
-    "SELECT thread_id, owner, token, expires_at_ms FROM thread_leases WHERE thread_id = ?"
-)
-SQL_INSERT_LEASE = (
-    "INSERT INTO thread_leases (thread_id, owner, token, expires_at_ms) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (thread_id) DO NOTHING"
-)
-SQL_UPDATE_LEASE = (
-    "UPDATE thread_leases SET owner = ?, token = ?, expires_at_ms = ? "
-    "WHERE thread_id = ? AND owner = ? AND token = ? AND expires_at_ms BETWEEN ? AND ?"
-)
-SQL_INSERT_THREAD_EVENT = (
-    "INSERT INTO thread_events (thread_id, kind, actor, at_ms, detail_json) VALUES (?, ?, ?, ?, ?)"
-)
-SQL_LIST_THREAD_EVENTS = "SELECT seq, thread_id, kind, actor, at_ms, detail_json FROM thread_events"
-SQL_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
-SQL_HAS_SCHEMA_TABLE = (
-    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-)
-SQL_COUNT_OBJECTS = "SELECT COUNT(*) FROM sqlite_master"
-SQL_RECORD_VERSION = "INSERT INTO schema_version (version, applied_at_ms) VALUES (?, ?)"
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _CORRUPT_CODES = frozenset({sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT})
@@ -182,51 +67,6 @@ def _translated(path: Path) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise _translate_error(exc, path) from exc
-
-
-def _ref_filter(
-    thread_id: str | None, operation_id: str | None, intent_hash: str | None, mark: str
-) -> tuple[str, list[Any]]:
-    """The ``WHERE`` clause of ``operation_refs`` (``mark``: the driver's placeholder)."""
-    where: list[str] = []
-    params: list[Any] = []
-    if thread_id is not None:
-        where.append(f"thread_id = {mark}")
-        params.append(thread_id)
-    near = []
-    for column, value in (("operation_id", operation_id), ("intent_hash", intent_hash)):
-        if value is not None:
-            near.append(f"{column} = {mark}")
-            params.append(value)
-    if near:
-        where.append("(" + " OR ".join(near) + ")")
-    return (" WHERE " + " AND ".join(where) if where else ""), params
-
-
-class _DecodedRows:
-    """Operations decoded from rows, reused while a row reads back byte for byte the same.
-
-    Listing a thread's operations after every run decodes every row (JSON,
-    times, receipt): O(thread) work per step that grew to 2 ms per side effect
-    at 60 operations, benchmarks/README.md). An operation is a pure function of its row, so
-    a row equal to the one decoded before yields the same frozen ``Operation``;
-    any change to any column (a new state, attempt, receipt, or corruption)
-    makes the row differ and it is decoded, and validated, afresh. At most
-    ``limit`` rows are kept, the most recently decoded.
-    """
-
-    def __init__(self, limit: int = 20_000) -> None:
-        self._by_id: Recent[str, tuple[tuple[Any, ...], Operation]] = Recent(limit)
-
-    def operation(self, raw: tuple[Any, ...]) -> Operation:
-        """The operation of a row given as a plain tuple in ``OPERATION_COLUMNS`` order."""
-        key = raw[0]  # operation_id: OPERATION_COLUMNS starts with it
-        hit = self._by_id.get(key)
-        if hit is not None and hit[0] == raw:
-            return hit[1]
-        op = codec.operation_from_tuple(raw)
-        self._by_id[key] = (raw, op)
-        return op
 
 
 _CREATED = codec.OPERATION_COLUMNS.index("created_at_ms")
@@ -283,21 +123,21 @@ class _ThreadListings:
             entry.dirty.add(operation_id)
 
     def list(
-        self, conn: sqlite3.Connection, thread_id: str, decoded: _DecodedRows
+        self, conn: sqlite3.Connection, thread_id: str, decoded: DecodedRows
     ) -> list[Operation]:
-        (version,) = conn.execute("PRAGMA data_version").fetchone()
+        (version,) = conn.execute(SQLITE_DATA_VERSION).fetchone()
         entry = self._by_thread.get(thread_id)
         if entry is None or entry.data_version != version:
-            raws = _tuples(
-                conn, SQL_LIST_OPERATIONS + " WHERE thread_id = ?" + SQL_LIST_ORDER, (thread_id,)
-            )
+            listing = SQLITE.list_operations(thread_id=thread_id)
+            assert listing is not None
+            raws = _tuples(conn, *listing)
             rows = {raw[0]: (raw, decoded.operation(raw)) for raw in raws}
             self._by_thread[thread_id] = _Listing(version, rows)
             return [op for _, op in rows.values()]
         if entry.dirty:
             rows = entry.rows
             for op_id in sorted(entry.dirty):
-                found = _tuples(conn, SQL_GET_OPERATION, (op_id,))
+                found = _tuples(conn, SQLITE.get_operation, (op_id,))
                 if not found or found[0][1] != thread_id:
                     rows.pop(op_id, None)
                 else:
@@ -308,361 +148,42 @@ class _ThreadListings:
         return [op for _, op in entry.rows.values()]
 
 
-_SQL_THREAD_TOMBSTONE = "SELECT thread_id, deleted_at_ms, deleted_by, reason FROM thread_tombstones"
-_SQL_OP_TOMBSTONE = (
-    "SELECT operation_id, thread_id, tool, intent_hash, state, receipt_json, finished_at_ms, "
-    "compacted_at_ms FROM operation_tombstones"
-)
-
-
-def _thread_tombstone(row: Sequence[Any]) -> ThreadTombstone:
-    return ThreadTombstone(
-        thread_id=row[0], deleted_at=codec.from_ms(row[1]), deleted_by=row[2], reason=row[3]
-    )
-
-
-def _operation_tombstone(row: Sequence[Any]) -> OperationTombstone:
-    return OperationTombstone(
-        operation_id=row[0],
-        thread_id=row[1],
-        tool=row[2],
-        intent_hash=row[3],
-        state=codec.state_or_corrupt(row[4], row[0]),
-        receipt=None if row[5] is None else codec.receipt_from_json(row[5]),
-        finished_at=codec.from_ms(row[6]),
-        compacted_at=codec.from_ms(row[7]),
-    )
-
-
-class _Reader:
+class _Reader(SqlReader):
     """Reads on one connection; the caller holds the store lock and a transaction."""
+
+    sql = SQLITE
 
     def __init__(
         self,
         conn: sqlite3.Connection,
-        decoded: _DecodedRows | None = None,
+        decoded: DecodedRows | None = None,
         listings: _ThreadListings | None = None,
     ) -> None:
+        super().__init__(decoded)
         self._conn = conn
-        self._decoded = decoded
         self._listings = listings
 
-    def get_operation(self, operation_id: str) -> Operation | None:
-        if self._decoded is None:
-            row = self._conn.execute(SQL_GET_OPERATION, (operation_id,)).fetchone()
-            return None if row is None else codec.operation_from_row(row)
-        found = _tuples(self._conn, SQL_GET_OPERATION, (operation_id,))
-        return self._decoded.operation(found[0]) if found else None
+    def _rows(self, query: str, params: Any = ()) -> list[Any]:
+        return _tuples(self._conn, query, params)
 
-    def list_operations(
-        self,
-        *,
-        thread_id: str | None = None,
-        states: Iterable[OpState] | None = None,
-        tool: str | None = None,
-        intent_hash: str | None = None,
-    ) -> list[Operation]:
-        if (
-            self._listings is not None
-            and self._decoded is not None
-            and thread_id is not None
-            and states is None
-            and tool is None
-            and intent_hash is None
-        ):
-            return self._listings.list(self._conn, thread_id, self._decoded)
-        where: list[str] = []
-        params: list[Any] = []
-        if states is not None:
-            wanted = frozenset(OpState(s) for s in states)
-            if not wanted:
-                return []
-            if intent_hash is not None:
-                # A duplicate check, served by the intent index: a row whose
-                # state this build does not know (a damaged file) matches too,
-                # so decoding reports it instead of the check silently missing it.
-                where.append(f"(state IN ({_in_list(wanted)}) OR state NOT IN ({_KNOWN}))")
-            else:
-                if wanted <= UNFINISHED:
-                    where.append(_UNFINISHED_SQL)  # lets the planner use the partial index
-                where.append(f"state IN ({_in_list(wanted)})")
-        if thread_id is not None:
-            where.append("thread_id = ?")
-            params.append(thread_id)
-        if tool is not None:
-            where.append("tool = ?")
-            params.append(tool)
-        if intent_hash is not None:
-            where.append("intent_hash = ?")  # operations_by_intent (schema v2)
-            params.append(intent_hash)
-        sql = SQL_LIST_OPERATIONS + (" WHERE " + " AND ".join(where) if where else "")
-        if self._decoded is None:
-            rows = self._conn.execute(sql + SQL_LIST_ORDER, params).fetchall()
-            return [codec.operation_from_row(row) for row in rows]
-        return [
-            self._decoded.operation(raw)
-            for raw in _tuples(self._conn, sql + SQL_LIST_ORDER, params)
-        ]
-
-    def approvals(self, operation_id: str) -> list[Approval]:
-        rows = self._conn.execute(SQL_LIST_APPROVALS, (operation_id,)).fetchall()
-        return [codec.approval_from_row(row) for row in rows]
-
-    def events(
-        self, *, operation_id: str | None = None, thread_id: str | None = None
-    ) -> list[Event]:
-        params: list[Any] = []
-        if thread_id is not None:
-            sql = SQL_LIST_EVENTS_BY_THREAD
-            params.append(thread_id)
-            if operation_id is not None:
-                sql += " AND e.operation_id = ?"
-                params.append(operation_id)
-            sql += " ORDER BY e.seq"
-        elif operation_id is not None:
-            sql = SQL_LIST_EVENTS + " WHERE operation_id = ? ORDER BY seq"
-            params.append(operation_id)
-        else:
-            sql = SQL_LIST_EVENTS + " ORDER BY seq"
-        return [codec.event_from_row(row) for row in self._conn.execute(sql, params)]
-
-    def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        row = self._conn.execute(SQL_GET_THREAD, (thread_id,)).fetchone()
-        return None if row is None else codec.thread_from_row(row)
-
-    def list_threads(self) -> list[ThreadRecord]:
-        return [codec.thread_from_row(row) for row in self._conn.execute(SQL_LIST_THREADS)]
-
-    def thread_ids(self) -> list[str]:
-        rows = self._conn.execute("SELECT thread_id FROM threads ORDER BY created_at_ms, thread_id")
-        return [str(r[0]) for r in rows]
-
-    def get_lease(self, thread_id: str) -> Lease | None:
-        row = self._conn.execute(SQL_GET_LEASE, (thread_id,)).fetchone()
-        return None if row is None else codec.lease_from_row(row)
-
-    def thread_events(self, thread_id: str | None = None) -> list[ThreadEvent]:
-        if thread_id is None:
-            rows = self._conn.execute(SQL_LIST_THREAD_EVENTS + " ORDER BY seq")
-        else:
-            sql = SQL_LIST_THREAD_EVENTS + " WHERE thread_id = ? ORDER BY seq"
-            rows = self._conn.execute(sql, (thread_id,))
-        return [codec.thread_event_from_row(row) for row in rows]
-
-    def count_operations(self) -> list[StateCount]:
-        rows = self._conn.execute(SQL_COUNT_OPERATIONS).fetchall()
-        return [
-            StateCount(state=codec.state_or_corrupt(s, "(aggregate)"), attempt=a, count=n)
-            for s, a, n in rows
-        ]
-
-    def count_events(self, kind: EventKind) -> int:
-        (count,) = self._conn.execute(SQL_COUNT_EVENTS, (kind.value,)).fetchone()
-        return int(count)
-
-    def oldest_updated_at(self, state: OpState) -> datetime | None:
-        (ms,) = self._conn.execute(SQL_OLDEST_UPDATED, (state.value,)).fetchone()
-        return None if ms is None else codec.from_ms(ms)
-
-    def get_thread_tombstone(self, thread_id: str) -> ThreadTombstone | None:
-        row = self._conn.execute(_SQL_THREAD_TOMBSTONE + " WHERE thread_id = ?", (thread_id,))
-        found = row.fetchone()
-        return None if found is None else _thread_tombstone(found)
-
-    def list_thread_tombstones(self) -> list[ThreadTombstone]:
-        rows = self._conn.execute(_SQL_THREAD_TOMBSTONE + " ORDER BY deleted_at_ms, thread_id")
-        return [_thread_tombstone(row) for row in rows]
-
-    def get_operation_tombstone(self, operation_id: str) -> OperationTombstone | None:
-        found = self._conn.execute(
-            _SQL_OP_TOMBSTONE + " WHERE operation_id = ?", (operation_id,)
-        ).fetchone()
-        return None if found is None else _operation_tombstone(found)
-
-    def list_operation_tombstones(self, *, intent_hash: str) -> list[OperationTombstone]:
-        rows = self._conn.execute(
-            _SQL_OP_TOMBSTONE + " WHERE intent_hash = ? ORDER BY finished_at_ms, operation_id",
-            (intent_hash,),
-        )
-        return [_operation_tombstone(row) for row in rows]
-
-    def operation_refs(
-        self,
-        *,
-        thread_id: str | None = None,
-        operation_id: str | None = None,
-        intent_hash: str | None = None,
-    ) -> list[tuple[str, str]]:
-        where, params = _ref_filter(thread_id, operation_id, intent_hash, "?")
-        rows = self._conn.execute(
-            "SELECT operation_id, thread_id FROM operations" + where + SQL_LIST_ORDER, params
-        ).fetchall()
-        return [(str(r[0]), str(r[1])) for r in rows]
-
-    def intent_neighbours(
-        self, operation_id: str, intent_hash: str
-    ) -> tuple[list[Operation], list[OperationTombstone]]:
-        query = SQL_LIST_OPERATIONS + " WHERE operation_id = ? OR intent_hash = ?" + SQL_LIST_ORDER
-        key = (operation_id, intent_hash)
-        if self._decoded is None:
-            ops = [codec.operation_from_row(r) for r in self._conn.execute(query, key).fetchall()]
-        else:
-            ops = [self._decoded.operation(raw) for raw in _tuples(self._conn, query, key)]
-        tombs = self._conn.execute(
-            _SQL_OP_TOMBSTONE
-            + " WHERE operation_id = ? OR intent_hash = ? ORDER BY finished_at_ms, operation_id",
-            key,
-        )
-        return ops, [_operation_tombstone(t) for t in tombs]
+    def _thread_listing(self, thread_id: str) -> list[Operation] | None:
+        if self._listings is None or self._decoded is None:
+            return None
+        return self._listings.list(self._conn, thread_id, self._decoded)
 
 
-class _Transaction(_Reader):
+class _Transaction(_Reader, SqlTransaction):
     """Reads and writes inside one ``BEGIN IMMEDIATE`` transaction.
 
     Every operation row it writes is reported to ``listings`` (see ``_ThreadListings``).
     """
 
-    def _wrote(self, row: sqlite3.Row) -> None:
+    def _execute(self, query: str, params: Any = ()) -> int:
+        return self._conn.execute(query, params).rowcount
+
+    def _wrote(self, thread_id: str, operation_id: str) -> None:
         if self._listings is not None:
-            self._listings.wrote(row["thread_id"], row["operation_id"])
-
-    def create_or_get(self, op: Operation) -> tuple[Operation, bool]:
-        rows = self._conn.execute(SQL_INSERT_OPERATION, codec.operation_to_row(op)).fetchall()
-        if rows:
-            self._wrote(rows[0])
-            return codec.operation_from_row(rows[0]), True
-        stored = self.get_operation(op.operation_id)
-        if stored is None:  # pragma: no cover - DO NOTHING only skips an existing row
-            raise LedgerError(f"operation {op.operation_id!r} vanished inside a transaction")
-        return stored, False
-
-    def compare_and_set(
-        self, operation_id: str, expect: Expect, change: Change
-    ) -> tuple[OpState, Operation] | None:
-        if not expect.states:
-            return None
-        params = {
-            "operation_id": operation_id,
-            "state": change.state.value,
-            "attempt": change.attempt,
-            "receipt_json": None if change.receipt is None else codec.receipt_json(change.receipt),
-            "error": change.error,
-            "claimed_by": change.claimed_by,
-            "next_attempt_at_ms": codec.ms_or_none(change.next_attempt_at),
-            "updated_at_ms": codec.to_ms(change.updated_at),
-            "expect_attempt": expect.attempt,
-            "expect_intent_hash": expect.intent_hash,
-            "attempts_allowed_at_least": expect.attempts_allowed_at_least,
-        }
-        # Only a given-back attempt names ``recoveries``, so the guard trigger on
-        # that column runs for it alone, not for every claim and result.
-        recoveries = ""
-        if change.recoveries is not None:
-            params["recoveries"] = change.recoveries
-            recoveries = "recoveries = :recoveries,"
-        sql = SQL_COMPARE_AND_SET.format(states=_in_list(expect.states), recoveries=recoveries)
-        rows = self._conn.execute(sql, params).fetchall()  # fetchall: finish the statement
-        if not rows:
-            return None
-        self._wrote(rows[0])
-        op = codec.operation_from_row(rows[0])
-        return codec.state_or_corrupt(rows[0]["prev_state"], operation_id), op
-
-    def append_event(self, event: NewEvent) -> None:
-        self._conn.execute(SQL_INSERT_EVENT, codec.event_to_row(event))
-
-    def put_approval(self, approval: Approval) -> WriteOnce:
-        row = codec.approval_to_row(approval)
-        if self._conn.execute(SQL_INSERT_APPROVAL, row).rowcount == 1:
-            return WriteOnce.INSERTED
-        key = (row[0], row[8], row[5], row[3], row[4])
-        stored = self._conn.execute(SQL_GET_APPROVAL_BY_KEY, key).fetchone()
-        return (
-            WriteOnce.EXISTS if stored is not None and tuple(stored) == row else WriteOnce.CONFLICT
-        )
-
-    def put_thread(self, record: ThreadRecord) -> ThreadRecord:
-        self._conn.execute(SQL_INSERT_THREAD, codec.thread_to_row(record))
-        stored = self.get_thread(record.thread_id)
-        assert stored is not None
-        return stored
-
-    def put_lease(self, lease: Lease, *, expected: Lease | None) -> bool:
-        new = (lease.owner, lease.token, codec.to_ms(lease.expires_at))
-        if expected is None:
-            cur = self._conn.execute(SQL_INSERT_LEASE, (lease.thread_id, *new))
-        else:
-            low, high = codec.lease_expiry_range(expected.expires_at)
-            old = (expected.owner, expected.token, low, high)
-            cur = self._conn.execute(SQL_UPDATE_LEASE, (*new, lease.thread_id, *old))
-        return cur.rowcount == 1
-
-    def put_thread_tombstone(self, tombstone: ThreadTombstone) -> ThreadTombstone:
-        self._conn.execute(
-            "INSERT INTO thread_tombstones (thread_id, deleted_at_ms, deleted_by, reason) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
-            (
-                tombstone.thread_id,
-                codec.to_ms(tombstone.deleted_at),
-                tombstone.deleted_by,
-                tombstone.reason,
-            ),
-        )
-        stored = self.get_thread_tombstone(tombstone.thread_id)
-        assert stored is not None
-        return stored
-
-    def compact_operations(
-        self,
-        *,
-        finished_before: datetime,
-        now: datetime,
-        thread_ids: Iterable[str] | None = None,
-        keep_threads: Iterable[str] = (),
-    ) -> int:
-        cutoff = codec.to_ms(finished_before)
-        where = f"state IN ({_in_list(TERMINAL)}) AND updated_at_ms < ?"
-        params: list[Any] = [cutoff]
-        if thread_ids is not None:
-            ids = list(thread_ids)
-            where += f" AND thread_id IN ({', '.join('?' * len(ids))})"
-            params.extend(ids)
-        kept = list(keep_threads)
-        if kept:
-            where += f" AND thread_id NOT IN ({', '.join('?' * len(kept))})"
-            params.extend(kept)
-        victims = self._conn.execute(
-            f"SELECT operation_id, thread_id FROM operations WHERE {where}", params
-        ).fetchall()
-        if not victims:
-            return 0
-        self._conn.execute(
-            "INSERT OR REPLACE INTO operation_tombstones (operation_id, thread_id, tool, "
-            "intent_hash, state, receipt_json, finished_at_ms, compacted_at_ms) "
-            "SELECT operation_id, thread_id, tool, intent_hash, state, receipt_json, "
-            f"updated_at_ms, ? FROM operations WHERE {where}",
-            [codec.to_ms(now), *params],
-        )
-        sub = f"SELECT operation_id FROM operations WHERE {where}"
-        self._conn.execute(f"DELETE FROM approvals WHERE operation_id IN ({sub})", params)
-        self._conn.execute(f"DELETE FROM events WHERE operation_id IN ({sub})", params)
-        self._conn.execute(f"DELETE FROM operations WHERE {where}", params)
-        if self._listings is not None:
-            for op_id, thread_id in victims:
-                self._listings.wrote(thread_id, op_id)
-        return len(victims)
-
-    def drop_operation_tombstones(self, *, finished_before: datetime) -> int:
-        cur = self._conn.execute(
-            "DELETE FROM operation_tombstones WHERE finished_at_ms < ?",
-            (codec.to_ms(finished_before),),
-        )
-        return cur.rowcount
-
-    def append_thread_event(self, event: ThreadEvent) -> int:
-        cur = self._conn.execute(SQL_INSERT_THREAD_EVENT, codec.thread_event_to_row(event))
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+            self._listings.wrote(thread_id, operation_id)
 
 
 class SqliteLedgerStore:
@@ -687,7 +208,7 @@ class SqliteLedgerStore:
         LedgerBusyError: another process held the lock past ``busy_timeout``.
     """
 
-    THREADS_TABLE = "threads"
+    THREADS_TABLE = SQLITE.threads
     """The table of thread records (named when one of them is damaged)."""
 
     def __init__(
@@ -702,7 +223,7 @@ class SqliteLedgerStore:
         if self.path.is_dir():
             raise ConfigError(f"ledger path {self.path} is a directory, not a file")
         self._lock = threading.Lock()
-        self._decoded = _DecodedRows()
+        self._decoded = DecodedRows()
         self._listings = _ThreadListings()
         self._busy_timeout_s = to_seconds(busy_timeout)
         with _translated(self.path):
@@ -758,11 +279,11 @@ class SqliteLedgerStore:
         """Return the schema version of a ledger file; 0 for an empty file."""
         (app_id,) = conn.execute("PRAGMA application_id").fetchone()
         if app_id == APPLICATION_ID:
-            if conn.execute(SQL_HAS_SCHEMA_TABLE).fetchone()[0] == 0:
+            if conn.execute(SQLITE_HAS_SCHEMA_TABLE).fetchone()[0] == 0:
                 raise LedgerCorruptError(f"{self.path}: ledger file without a schema_version table")
-            (version,) = conn.execute(SQL_SCHEMA_VERSION).fetchone()
+            (version,) = conn.execute(SQLITE.schema_version).fetchone()
             return int(version or 0)
-        if app_id == 0 and conn.execute(SQL_COUNT_OBJECTS).fetchone()[0] == 0:
+        if app_id == 0 and conn.execute(SQLITE_COUNT_OBJECTS).fetchone()[0] == 0:
             return 0
         raise LedgerCorruptError(
             f"{self.path} is an SQLite database but not an effectgate ledger "
@@ -783,7 +304,7 @@ class SqliteLedgerStore:
             for target in range(version + 1, LATEST_VERSION + 1):
                 for statement in MIGRATIONS[target]:
                     conn.execute(statement)
-                conn.execute(SQL_RECORD_VERSION, (target, now_ms))
+                conn.execute(SQLITE.record_version, (target, now_ms))
             conn.execute("COMMIT")
         finally:
             if conn.in_transaction:
