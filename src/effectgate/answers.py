@@ -83,6 +83,7 @@ __all__ = [
     "flag_text",
     "flags_of",
     "follow_up_plan",
+    "is_resume_map",
     "never_started",
     "new_flags",
     "orphaned_operations",
@@ -317,6 +318,22 @@ _ID_SHAPE = re.compile(r"[0-9a-f]{32}")
 """What LangGraph reads as an interrupt id in a resume map (``is_xxh3_128_hexdigest``)."""
 
 
+def is_resume_map(resume: Any) -> bool:
+    """Whether LangGraph reads ``Command(resume=resume)`` as a map by interrupt id.
+
+    LangGraph's rule: a dict every key of which is shaped like an interrupt id
+    (32 hex digits); an empty dict is a map that names nothing. Any other value
+    is the plain answer of the one pending interrupt.
+
+    Args:
+        resume: the ``Command.resume`` value.
+
+    Returns:
+        ``True`` for such a map.
+    """
+    return isinstance(resume, Mapping) and all(_ID_SHAPE.fullmatch(str(k)) for k in resume)
+
+
 def refuse_resume_of_idle(resume: Any) -> NoReturn:
     """Refuse a resume sent to a thread that waits on no interrupt and has nothing to run.
 
@@ -333,7 +350,7 @@ def refuse_resume_of_idle(resume: Any) -> NoReturn:
     Raises:
         UnknownInterruptError: always; one line, naming the ids the map gave.
     """
-    if isinstance(resume, Mapping) and resume and all(_ID_SHAPE.fullmatch(str(k)) for k in resume):
+    if resume and is_resume_map(resume):
         check_resume_ids(list(resume), known=(), pending={})
     raise UnknownInterruptError(
         "resume refused: this thread waits on no interrupt (finished, or its review was "

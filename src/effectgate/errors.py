@@ -3,6 +3,8 @@
 ```
 EffectgateError
 ├── ConfigError                 bad flags/env/state directory; raised before any I/O
+│   ├── FollowUpError           a follow-up message cannot close what waits
+│   └── MissingHookError        a middleware lacks the sync/async twin this run needs
 ├── LedgerError                 the ledger refused or failed; nothing new was committed
 │   ├── LedgerBusyError         lock wait exceeded busy_timeout; retryable
 │   │   └── DatabaseUnavailableError  connection lost or server down past the retry budget
@@ -54,6 +56,7 @@ __all__ = [
     "LedgerBusyError",
     "LedgerCorruptError",
     "LedgerError",
+    "MissingHookError",
     "NotAccepted",
     "OperationBusyError",
     "OrphanedOperationError",
@@ -85,6 +88,35 @@ class FollowUpError(ConfigError, ValueError):
     the text names each waiting call (tool and operation id, state and
     attempt) or interrupt, and how to answer it.
     """
+
+
+class MissingHookError(ConfigError, NotImplementedError):
+    """A middleware of the agent has a hook only in the other flavour (sync or async).
+
+    LangChain's ``create_agent`` calls ``awrap_tool_call`` on every middleware
+    that wraps tool calls when the run is async (``ainvoke``, ``astream``, and
+    every run of ``langgraph dev``), and ``wrap_tool_call`` when it is sync;
+    its default raises ``NotImplementedError`` without naming the middleware.
+    ``EffectGateMiddleware.guard`` words it in one line naming the class and
+    the method to add. Nothing ran for the call the hook was to wrap. A
+    ``NotImplementedError`` (a ``RuntimeError``), so the LangGraph server
+    passes its text to the client.
+
+    Attributes:
+        middleware: the class name of the middleware lacking the hook.
+        missing: the method to add (``awrap_tool_call``, ``wrap_tool_call``, ...).
+    """
+
+    def __init__(self, message: str, *, middleware: str, missing: str) -> None:
+        self.middleware = middleware
+        self.missing = missing
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild,
+            (type(self), self.args, {"middleware": self.middleware, "missing": self.missing}),
+        )
 
 
 class OrphanedOperationError(EffectgateError):
