@@ -1504,7 +1504,10 @@ def check_no_orphans(
         f"thread {thread_id!r} ended with operation(s) still waiting for a person and no "
         f"review or reconciliation pending: {named}. An interrupt was swallowed: a tool "
         "wrapper (wrap_tool_call) that catches Exception also catches LangGraph's "
-        "GraphInterrupt; re-raise langgraph.errors.GraphBubbleUp in it. Nothing more runs "
-        "for these operations until they are answered (effectgate ledger show OPERATION)",
+        "GraphInterrupt; re-raise langgraph.errors.GraphBubbleUp in it, then run the thread "
+        "again from its checkpoint before the tool step (the one whose next is 'tools'; a "
+        "langgraph_sdk client: runs.wait(thread, assistant, checkpoint_id=...)), which asks "
+        "about these calls again. Until then nothing runs for them (effectgate ledger show "
+        "OPERATION)",
         operation_ids=[op.operation_id for op in orphans],
     )

@@ -5,6 +5,7 @@ EffectgateError
 ├── ConfigError                 bad flags/env/state directory; raised before any I/O
 │   ├── FollowUpError           a follow-up message cannot close what waits
 │   └── MissingHookError        a middleware lacks the sync/async twin this run needs
+├── OrphanedOperationError      a run ended with an operation waiting for nobody
 ├── LedgerError                 the ledger refused or failed; nothing new was committed
 │   ├── LedgerBusyError         lock wait exceeded busy_timeout; retryable
 │   │   └── DatabaseUnavailableError  connection lost or server down past the retry budget
@@ -119,13 +120,17 @@ class MissingHookError(ConfigError, NotImplementedError):
         )
 
 
-class OrphanedOperationError(EffectgateError):
+class OrphanedOperationError(EffectgateError, RuntimeError):
     """A run ended while operations of its calls still wait for a person, with nothing pending.
 
     The review or reconciliation interrupt that should hold them was
     swallowed (a tool wrapper that catches ``Exception`` catches LangGraph's
     ``GraphInterrupt``). Nothing more runs for them; the text names each
-    operation, its tool, state and attempt, and what to fix.
+    operation, its tool, state and attempt, and what to fix. A
+    ``RuntimeError`` too: the LangGraph server (``langgraph dev``) passes the
+    message of a ``RuntimeError`` to its client and replaces that of any
+    class outside its list with "An internal error occurred"
+    (``langgraph_api.serde.default``).
 
     Attributes:
         operation_ids: the operations left waiting, in ledger order.
@@ -134,6 +139,9 @@ class OrphanedOperationError(EffectgateError):
     def __init__(self, message: str, *, operation_ids: list[str]) -> None:
         self.operation_ids = operation_ids
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"operation_ids": self.operation_ids}))
 
 
 class LedgerError(EffectgateError):
