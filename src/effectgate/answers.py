@@ -334,7 +334,7 @@ def is_resume_map(resume: Any) -> bool:
     return isinstance(resume, Mapping) and all(_ID_SHAPE.fullmatch(str(k)) for k in resume)
 
 
-def refuse_resume_of_idle(resume: Any) -> NoReturn:
+def refuse_resume_of_idle(resume: Any, *, step_left: bool = False) -> NoReturn:
     """Refuse a resume sent to a thread that waits on no interrupt and has nothing to run.
 
     LangGraph runs no node for it (there is no task) and returns the state as
@@ -344,12 +344,36 @@ def refuse_resume_of_idle(resume: Any) -> NoReturn:
     ``Agent.resume`` words the same case as "already decided" or "nothing is
     pending".
 
+    ``step_left``: the head's last step has tasks that finished (their writes
+    are kept on the checkpoint: the review answered, the approved calls sent
+    to their effect nodes) but no checkpoint after them, because the run that
+    made them was stopped (``runs.cancel(..., action="rollback")`` deletes
+    the run's checkpoints, not the writes it attached to the one it started
+    from). ``get_state`` then lists no task and no interrupt, and the server
+    shows the thread ``idle``, yet a run with no input finishes that step
+    (the effect nodes read what already ran back from the ledger). The
+    refusal says so instead of "finished".
+
     Args:
         resume: the ``Command.resume`` value (a map by interrupt id, or a plain answer).
+        step_left: the head holds the finished tasks of a step cut short.
 
     Raises:
         UnknownInterruptError: always; one line, naming the ids the map gave.
     """
+    if step_left:
+        named = (
+            f" (interrupt {', '.join(repr(str(k)) for k in resume)})"
+            if resume and is_resume_map(resume)
+            else ""
+        )
+        raise UnknownInterruptError(
+            f"resume refused: this thread waits on no interrupt{named}: its last review was "
+            "answered and its step began, but the run was stopped before the step's checkpoint "
+            "(cancelled or rolled back); nothing was applied. Run the thread with no input and "
+            "no command to finish that step: an effect that already ran is read back from the "
+            "ledger, not run again"
+        )
     if resume and is_resume_map(resume):
         check_resume_ids(list(resume), known=(), pending={})
     raise UnknownInterruptError(

@@ -836,7 +836,9 @@ def refuse_resume_before_run(
     statuses = read_task_statuses(list(writes))
     pending = {i.id: i.value for status in statuses.values() for i in status.pending_interrupts}
     if not has_tasks and not pending:
-        refuse_resume_of_idle(resume)
+        # Finished tasks on a head with nothing next: a step whose run was cut
+        # off before its checkpoint (a rollback); a run with no input ends it.
+        refuse_resume_of_idle(resume, step_left=any(s.finished for s in statuses.values()))
     if pending and is_resume_map(resume):
         known = {i.id for status in statuses.values() for i in status.interrupts}
         check_resume_ids(list(resume), known=known, pending=pending)
