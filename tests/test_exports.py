@@ -53,6 +53,7 @@ PUBLIC = {
         "LedgerCorruptError",
         "CheckpointCorruptError",
         "LedgerError",
+        "MissingHookError",
         "NotAccepted",
         "OperationBusyError",
         "OrphanedOperationError",

@@ -87,6 +87,7 @@ __all__ = [
     "flag_text",
     "flags_of",
     "follow_up_plan",
+    "is_resume_map",
     "never_started",
     "new_flags",
     "orphaned_operations",
@@ -322,7 +323,23 @@ _ID_SHAPE = re.compile(r"[0-9a-f]{32}")
 """What LangGraph reads as an interrupt id in a resume map (``is_xxh3_128_hexdigest``)."""
 
 
-def refuse_resume_of_idle(resume: Any) -> NoReturn:
+def is_resume_map(resume: Any) -> bool:
+    """Whether LangGraph reads ``Command(resume=resume)`` as a map by interrupt id.
+
+    LangGraph's rule: a dict every key of which is shaped like an interrupt id
+    (32 hex digits); an empty dict is a map that names nothing. Any other value
+    is the plain answer of the one pending interrupt.
+
+    Args:
+        resume: the ``Command.resume`` value.
+
+    Returns:
+        ``True`` for such a map.
+    """
+    return isinstance(resume, Mapping) and all(_ID_SHAPE.fullmatch(str(k)) for k in resume)
+
+
+def refuse_resume_of_idle(resume: Any, *, step_left: bool = False) -> NoReturn:
     """Refuse a resume sent to a thread that waits on no interrupt and has nothing to run.
 
     LangGraph runs no node for it (there is no task) and returns the state as
@@ -332,13 +349,37 @@ def refuse_resume_of_idle(resume: Any) -> NoReturn:
     ``Agent.resume`` words the same case as "already decided" or "nothing is
     pending".
 
+    ``step_left``: the head's last step has tasks that finished (their writes
+    are kept on the checkpoint: the review answered, the approved calls sent
+    to their effect nodes) but no checkpoint after them, because the run that
+    made them was stopped (``runs.cancel(..., action="rollback")`` deletes
+    the run's checkpoints, not the writes it attached to the one it started
+    from). ``get_state`` then lists no task and no interrupt, and the server
+    shows the thread ``idle``, yet a run with no input finishes that step
+    (the effect nodes read what already ran back from the ledger). The
+    refusal says so instead of "finished".
+
     Args:
         resume: the ``Command.resume`` value (a map by interrupt id, or a plain answer).
+        step_left: the head holds the finished tasks of a step cut short.
 
     Raises:
         UnknownInterruptError: always; one line, naming the ids the map gave.
     """
-    if isinstance(resume, Mapping) and resume and all(_ID_SHAPE.fullmatch(str(k)) for k in resume):
+    if step_left:
+        named = (
+            f" (interrupt {', '.join(repr(str(k)) for k in resume)})"
+            if resume and is_resume_map(resume)
+            else ""
+        )
+        raise UnknownInterruptError(
+            f"resume refused: this thread waits on no interrupt{named}: its last review was "
+            "answered and its step began, but the run was stopped before the step's checkpoint "
+            "(cancelled or rolled back); nothing was applied. Run the thread with no input and "
+            "no command to finish that step: an effect that already ran is read back from the "
+            "ledger, not run again"
+        )
+    if resume and is_resume_map(resume):
         check_resume_ids(list(resume), known=(), pending={})
     raise UnknownInterruptError(
         "resume refused: this thread waits on no interrupt (finished, or its review was "
@@ -1566,7 +1607,10 @@ def check_no_orphans(
         f"thread {thread_id!r} ended with operation(s) still waiting for a person and no "
         f"review or reconciliation pending: {named}. An interrupt was swallowed: a tool "
         "wrapper (wrap_tool_call) that catches Exception also catches LangGraph's "
-        "GraphInterrupt; re-raise langgraph.errors.GraphBubbleUp in it. Nothing more runs "
-        "for these operations until they are answered (effectgate ledger show OPERATION)",
+        "GraphInterrupt; re-raise langgraph.errors.GraphBubbleUp in it, then run the thread "
+        "again from its checkpoint before the tool step (the one whose next is 'tools'; a "
+        "langgraph_sdk client: runs.wait(thread, assistant, checkpoint_id=...)), which asks "
+        "about these calls again. Until then nothing runs for them (effectgate ledger show "
+        "OPERATION)",
         operation_ids=[op.operation_id for op in orphans],
     )

@@ -3,6 +3,9 @@
 ```
 EffectgateError
 ├── ConfigError                 bad flags/env/state directory; raised before any I/O
+│   ├── FollowUpError           a follow-up message cannot close what waits
+│   └── MissingHookError        a middleware lacks the sync/async twin this run needs
+├── OrphanedOperationError      a run ended with an operation waiting for nobody
 ├── LedgerError                 the ledger refused or failed; nothing new was committed
 │   ├── LedgerBusyError         lock wait exceeded busy_timeout; retryable
 │   │   └── DatabaseUnavailableError  connection lost or server down past the retry budget
@@ -54,6 +57,7 @@ __all__ = [
     "LedgerBusyError",
     "LedgerCorruptError",
     "LedgerError",
+    "MissingHookError",
     "NotAccepted",
     "OperationBusyError",
     "OrphanedOperationError",
@@ -87,13 +91,46 @@ class FollowUpError(ConfigError, ValueError):
     """
 
 
-class OrphanedOperationError(EffectgateError):
+class MissingHookError(ConfigError, NotImplementedError):
+    """A middleware of the agent has a hook only in the other flavour (sync or async).
+
+    LangChain's ``create_agent`` calls ``awrap_tool_call`` on every middleware
+    that wraps tool calls when the run is async (``ainvoke``, ``astream``, and
+    every run of ``langgraph dev``), and ``wrap_tool_call`` when it is sync;
+    its default raises ``NotImplementedError`` without naming the middleware.
+    ``EffectGateMiddleware.guard`` words it in one line naming the class and
+    the method to add. Nothing ran for the call the hook was to wrap. A
+    ``NotImplementedError`` (a ``RuntimeError``), so the LangGraph server
+    passes its text to the client.
+
+    Attributes:
+        middleware: the class name of the middleware lacking the hook.
+        missing: the method to add (``awrap_tool_call``, ``wrap_tool_call``, ...).
+    """
+
+    def __init__(self, message: str, *, middleware: str, missing: str) -> None:
+        self.middleware = middleware
+        self.missing = missing
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild,
+            (type(self), self.args, {"middleware": self.middleware, "missing": self.missing}),
+        )
+
+
+class OrphanedOperationError(EffectgateError, RuntimeError):
     """A run ended while operations of its calls still wait for a person, with nothing pending.
 
     The review or reconciliation interrupt that should hold them was
     swallowed (a tool wrapper that catches ``Exception`` catches LangGraph's
     ``GraphInterrupt``). Nothing more runs for them; the text names each
-    operation, its tool, state and attempt, and what to fix.
+    operation, its tool, state and attempt, and what to fix. A
+    ``RuntimeError`` too: the LangGraph server (``langgraph dev``) passes the
+    message of a ``RuntimeError`` to its client and replaces that of any
+    class outside its list with "An internal error occurred"
+    (``langgraph_api.serde.default``).
 
     Attributes:
         operation_ids: the operations left waiting, in ledger order.
@@ -102,6 +139,9 @@ class OrphanedOperationError(EffectgateError):
     def __init__(self, message: str, *, operation_ids: list[str]) -> None:
         self.operation_ids = operation_ids
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, {"operation_ids": self.operation_ids}))
 
 
 class LedgerError(EffectgateError):

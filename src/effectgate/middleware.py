@@ -46,7 +46,8 @@ langchain``); ``import effectgate`` does not.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import Annotated, Any, NotRequired, TypeVar
 
 from langchain.agents.middleware.types import (
@@ -61,12 +62,14 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_config
 from langgraph.graph import END
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 
 from effectgate._clock import Clock, SystemClock
 from effectgate.answers import check_no_orphans
-from effectgate.graph._blocks import build_parts, ensure_call_ids
+from effectgate.errors import MissingHookError
+from effectgate.graph._blocks import ResumeGuardedGraph, build_parts, ensure_call_ids, guard_resumes
 from effectgate.graph._follow_up import before_follow_up, close_open_calls, follow_up_index
 from effectgate.graph._messages import error_message, last_ai_message, pending_calls
 from effectgate.graph._nodes import malformed_reason
@@ -180,6 +183,33 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         self.ledger = ledger
         self.dispatcher = self._parts.dispatcher
         self.tools = [_as_langchain_tool(spec) for spec in self.specs.values()]
+
+    def guard(self, agent: CompiledStateGraph[Any, Any, Any, Any]) -> ResumeGuardedGraph:
+        """Return the agent ``create_agent`` built with this middleware, guarded at every run.
+
+        Two things no middleware hook can do, because they happen where no
+        hook runs; the returned graph does them in ``stream`` / ``astream``
+        (so in ``invoke``, ``ainvoke`` and under ``langgraph dev``):
+
+        - a ``Command(resume=...)`` to a thread that waits on nothing (a stale
+          id of its last, answered review; a random id; a plain answer), or a
+          map naming an interrupt that does not wait, is refused before the
+          run with ``UnknownInterruptError``, the served graph's rule and
+          words (``graph.guard_resumes``); LangGraph alone runs no node for the
+          first and returns the state unchanged, with no error;
+        - a middleware of yours with ``wrap_tool_call`` but no
+          ``awrap_tool_call`` (or the other way round) in a run of the other
+          flavour fails with ``MissingHookError``, one line naming the class
+          and the method to add, instead of LangChain's ``NotImplementedError``
+          that names neither.
+
+        Args:
+            agent: ``create_agent(..., middleware=[..., self, ...])``.
+
+        Returns:
+            A copy of ``agent`` (same nodes and checkpointer) to run instead.
+        """
+        return guard_resumes(agent, cls=_GuardedAgent)
 
     def before_model(self, state: EffectGateState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Close the calls a follow-up message left unanswered, before the model sees them.
@@ -347,6 +377,82 @@ class EffectGateMiddleware(AgentMiddleware[EffectGateState, Any, Any]):
         # A valid effect call with no reviewed task: never run it unreviewed.
         pending = pending_calls([one])[0]
         return error_message(pending, "not executed: this call was not reviewed")
+
+
+_TWINS = {
+    "wrap_tool_call": "awrap_tool_call",
+    "awrap_tool_call": "wrap_tool_call",
+    "wrap_model_call": "awrap_model_call",
+    "awrap_model_call": "wrap_model_call",
+}
+"""Each of ``AgentMiddleware``'s wrap hooks and its twin of the other flavour."""
+
+
+def _missing_hook(exc: NotImplementedError) -> MissingHookError | None:
+    """LangChain's refusal of a missing hook, worded; ``None`` for any other error.
+
+    ``AgentMiddleware``'s default ``awrap_tool_call`` (and its three siblings)
+    raises ``NotImplementedError`` when a middleware defines only the other
+    flavour; the frame that raised it is that default method, called on the
+    user's middleware, so the traceback names the class.
+    """
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    code = tb.tb_frame.f_code
+    hook = next(
+        (n for n in _TWINS if getattr(AgentMiddleware, n).__code__ is code),
+        None,
+    )
+    owner = tb.tb_frame.f_locals.get("self")
+    if hook is None or owner is None:
+        return None
+    name = type(owner).__name__
+    flavour = (
+        "async (ainvoke/astream; langgraph dev runs every graph so)"
+        if hook.startswith("a")
+        else "sync (invoke/stream)"
+    )
+    twin = _TWINS[hook]
+    return MissingHookError(
+        f"middleware {name} defines {twin} but not {hook}, which this {flavour} run calls: "
+        f"add {'async ' if hook.startswith('a') else ''}def {hook}(self, request, handler) to "
+        f"{name}, doing what {twin} does ({'await ' if hook.startswith('a') else ''}handler("
+        "request)); nothing ran for the call it wraps",
+        middleware=name,
+        missing=hook,
+    )
+
+
+class _GuardedAgent(ResumeGuardedGraph):
+    """``EffectGateMiddleware.guard``'s graph: dead resumes refused, missing hooks named."""
+
+    def stream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        """``ResumeGuardedGraph.stream``; a missing sync hook raises ``MissingHookError``."""
+        try:
+            yield from super().stream(input, config, **kwargs)
+        except NotImplementedError as exc:
+            worded = _missing_hook(exc)
+            if worded is None:
+                raise
+            raise worded from None
+
+    async def astream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """``ResumeGuardedGraph.astream``; a missing async hook raises ``MissingHookError``."""
+        try:
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk
+        except NotImplementedError as exc:
+            worded = _missing_hook(exc)
+            if worded is None:
+                raise
+            raise worded from None
 
 
 async def _off_loop(func: Callable[..., _T], /, *args: Any) -> _T:

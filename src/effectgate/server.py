@@ -50,13 +50,11 @@ import atexit
 import functools
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command
 
-from effectgate.answers import refuse_resume_of_idle
 from effectgate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -110,7 +108,7 @@ def _built() -> CompiledStateGraph[Any, Any, Any, Any]:
 
 def _build() -> CompiledStateGraph[Any, Any, Any, Any]:
     from effectgate._app import DEFAULT_SYSTEM_PROMPT, StateDir, default_tools
-    from effectgate.graph import build_agent
+    from effectgate.graph import build_agent, guard_resumes
     from effectgate.models import make_model
 
     state = StateDir.open(
@@ -128,39 +126,10 @@ def _build() -> CompiledStateGraph[Any, Any, Any, Any]:
         checkpointer=None,
         system_prompt=DEFAULT_SYSTEM_PROMPT,
     )
-    attrs = {k: v for k, v in parts.graph.__dict__.items() if k != "__orig_class__"}
-    return _ServedGraph(**attrs)  # as ``Pregel.copy`` builds one, of the served class
-
-
-class _ServedGraph(CompiledStateGraph):  # type: ignore[type-arg]
-    """The compiled graph, refusing a resume that would reach nothing.
-
-    A client's ``Command(resume=...)`` to a thread that waits on no interrupt
-    and has no task left (finished, or its review answered by another client)
-    runs no node in LangGraph, so no node can refuse it: the run returned the
-    state and succeeded. Every run of the LangGraph server goes through
-    ``astream`` (``astream_events`` and the v3 event stream call it), so the
-    head is read there first, once per resume, and such a resume ends the run
-    in error (``answers.refuse_resume_of_idle``) with nothing applied. Runs
-    with input, and resumes of a thread that waits or has work left, are not
-    touched.
-    """
-
-    async def astream(  # type: ignore[override]
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        """``Pregel.astream``, after the check above.
-
-        Raises:
-            UnknownInterruptError: ``input`` is a resume and the thread's head
-                has no interrupt and no task; nothing was run.
-        """
-        if isinstance(input, Command) and input.resume is not None:
-            head = await self.aget_state(config or {})
-            if not head.next and not head.interrupts:
-                refuse_resume_of_idle(input.resume)
-        async for chunk in super().astream(input, config, **kwargs):
-            yield chunk
+    # A resume to a thread that waits on nothing runs no node in LangGraph, so
+    # no node could refuse it; one naming an unknown interrupt is refused before
+    # the run, so no refusal stays on the checkpoint as a task error.
+    return guard_resumes(parts.graph)
 
 
 def _endpoints(value: str | None, data_dir: Any) -> ServiceEndpoints | None:

@@ -124,13 +124,13 @@ def middleware_agent(
     ledger: Ledger,
     checkpointer: BaseCheckpointSaver[Any],
 ) -> Any:
-    """``create_agent`` with ``EffectGateMiddleware`` in place of HITL."""
+    """``create_agent`` with ``EffectGateMiddleware`` in place of HITL, guarded (``gate.guard``)."""
     from langchain.agents import create_agent
 
     from effectgate.middleware import EffectGateMiddleware
 
     gate = EffectGateMiddleware(tools, ledger=ledger)
-    return create_agent(model, middleware=[gate], checkpointer=checkpointer)
+    return gate.guard(create_agent(model, middleware=[gate], checkpointer=checkpointer))
 
 
 def hitl_agent(

@@ -15,6 +15,7 @@ from effectgate.graph._blocks import (
     EffectGate,
     add_effect_nodes,
     ensure_call_ids,
+    guard_resumes,
     resume_command,
 )
 from effectgate.graph._build import AgentParts, build_agent, new_worker_id
@@ -55,6 +56,7 @@ __all__ = [
     "build_agent",
     "check_review_answer",
     "ensure_call_ids",
+    "guard_resumes",
     "history_problems",
     "new_worker_id",
     "resume_command",

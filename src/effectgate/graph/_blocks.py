@@ -30,15 +30,18 @@ reducer that appends and replaces by id (``add_messages``, or effectgate's
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphInterrupt
 from langgraph.graph import END, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
@@ -51,7 +54,7 @@ from effectgate.errors import DecisionError
 from effectgate.graph._messages import pending_calls, with_call_ids, with_unique_call_ids
 from effectgate.graph._nodes import make_effect_node, make_tools_node, malformed_reason
 from effectgate.graph._policy import Policy
-from effectgate.graph._review import make_review_node
+from effectgate.graph._review import make_review_node, refuse_resume_before_run
 from effectgate.graph._state import EffectTask, effect_node_name
 from effectgate.ledger import Ledger, Operation
 from effectgate.tools import ToolSpec, from_langchain_tool
@@ -59,9 +62,11 @@ from effectgate.tools import ToolSpec, from_langchain_tool
 __all__ = [
     "EffectGate",
     "GateParts",
+    "ResumeGuardedGraph",
     "add_effect_nodes",
     "build_parts",
     "ensure_call_ids",
+    "guard_resumes",
     "resume_command",
     "to_specs",
 ]
@@ -426,3 +431,88 @@ def resume_command(
             "interrupt in one resume, or the unanswered nodes run again"
         )
     return Command(resume={i: by_id[i] for i in pending})
+
+
+class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
+    """A compiled graph that refuses, before it runs, a resume no node could take.
+
+    ``stream`` and ``astream`` (and so ``invoke``, ``ainvoke`` and every run of
+    the LangGraph server, which goes through ``astream``) read the addressed
+    checkpoint first when the input is a ``Command(resume=...)``, and end the
+    run with ``UnknownInterruptError`` (``refuse_resume_before_run``) when the
+    thread waits on nothing or the map names an interrupt that does not wait
+    there. Nothing is written then: no run, no checkpoint, no task error.
+    Other runs are not touched. Build one with ``guard_resumes``.
+    """
+
+    def _saver(self, config: RunnableConfig | None) -> BaseCheckpointSaver[Any] | None:
+        given = (config or {}).get("configurable", {}).get(CONFIG_KEY_CHECKPOINTER)
+        saver = given if given is not None else self.checkpointer
+        return saver if isinstance(saver, BaseCheckpointSaver) else None
+
+    def stream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        """``Pregel.stream``, after the check above.
+
+        Raises:
+            UnknownInterruptError: ``input`` is a resume no node could take;
+                nothing was run or written.
+        """
+        saver = self._saver(config)
+        if _is_resume(input) and saver is not None:
+            head = self.get_state(config or {})
+            found = saver.get_tuple(head.config)
+            writes = list(found.pending_writes or []) if found else []
+            refuse_resume_before_run(input.resume, has_tasks=bool(head.next), writes=writes)
+        yield from super().stream(input, config, **kwargs)
+
+    async def astream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """``Pregel.astream``, after the check above.
+
+        Raises:
+            UnknownInterruptError: ``input`` is a resume no node could take;
+                nothing was run or written.
+        """
+        saver = self._saver(config)
+        if _is_resume(input) and saver is not None:
+            head = await self.aget_state(config or {})
+            found = await saver.aget_tuple(head.config)
+            writes = list(found.pending_writes or []) if found else []
+            refuse_resume_before_run(input.resume, has_tasks=bool(head.next), writes=writes)
+        async for chunk in super().astream(input, config, **kwargs):
+            yield chunk
+
+
+def _is_resume(value: Any) -> bool:
+    return isinstance(value, Command) and value.resume is not None
+
+
+def guard_resumes(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    *,
+    cls: type[ResumeGuardedGraph] = ResumeGuardedGraph,
+) -> ResumeGuardedGraph:
+    """Return ``graph`` as a ``ResumeGuardedGraph``: the same graph, refusing dead resumes first.
+
+    LangGraph runs no node for a ``Command(resume=...)`` to a thread that
+    waits on nothing, so effectgate's nodes cannot refuse it; and a node's
+    refusal of a resume map naming an unknown interrupt is recorded as the
+    task's error on the checkpoint, where it stays beside later reviews.
+    The returned graph refuses both before the run (``UnknownInterruptError``,
+    one line, nothing written). The served graph (``effectgate.server``) and
+    ``EffectGateMiddleware.guard`` use it; use it on a graph of your own built
+    with ``add_effect_nodes``.
+
+    Args:
+        graph: a compiled graph (``builder.compile(...)``, ``create_agent(...)``).
+        cls: the class of the copy (a subclass of ``ResumeGuardedGraph``).
+
+    Returns:
+        A copy of ``graph`` of class ``cls``, sharing its nodes, channels and
+        checkpointer (built as ``Pregel.copy`` builds one).
+    """
+    attrs = {k: v for k, v in graph.__dict__.items() if k != "__orig_class__"}
+    return cls(**attrs)

@@ -15,7 +15,7 @@ calls fan out as one ``Send`` each.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -49,8 +49,10 @@ from effectgate.answers import (
     edited_args,
     flag_text,
     flags_of,
+    is_resume_map,
     new_flags,
     recorded_decision,
+    refuse_resume_of_idle,
     review_decisions,
     review_description,
     started,
@@ -90,6 +92,7 @@ __all__ = [
     "make_review_node",
     "parse_decisions",
     "prepare_calls",
+    "refuse_resume_before_run",
     "refuse_unknown_resume",
 ]
 
@@ -786,6 +789,52 @@ def refuse_unknown_resume(config: RunnableConfig) -> None:
         return
     known = {i.id for status in statuses.values() for i in status.interrupts}
     check_resume_ids(list(named), known=known, pending=pending)
+
+
+def refuse_resume_before_run(
+    resume: Any, *, has_tasks: bool, writes: Iterable[tuple[str, str, Any]]
+) -> None:
+    """Refuse, before a run starts, a resume that no node could take.
+
+    Two cases the nodes' own check (``refuse_unknown_resume``) cannot serve:
+
+    - a resume to a thread that waits on no interrupt and has no task left
+      (finished, or its last review answered by another client): LangGraph
+      runs no node for it, so nothing refuses it and the run "succeeds"
+      having applied nothing (``answers.refuse_resume_of_idle``);
+    - a resume map naming an interrupt that does not wait on the checkpoint
+      (mistyped, another thread's, already answered): the node refuses it,
+      but inside the run, so LangGraph records the refusal as that task's
+      error on the checkpoint, and a superstep's writes stay until the step
+      ends: ``get_state(...).tasks[i].error`` went on showing the refused
+      answer's text after the review was asked again (beside the new
+      review's own ``error``). Refused here, nothing is written.
+
+    The same rules as the nodes (``answers.check_resume_ids``), read from the
+    same place: the pending writes of the checkpoint the resume addresses. A
+    graph that calls this before every run (``guard_resumes``, the served
+    graph) refuses these resumes with the nodes' words; the nodes keep their
+    check for graphs run without it.
+
+    Args:
+        resume: the ``Command.resume`` value.
+        has_tasks: whether the addressed checkpoint has tasks left to run
+            (``StateSnapshot.next``).
+        writes: that checkpoint's pending writes, ``(task_id, channel, value)``.
+
+    Raises:
+        UnknownInterruptError: one line naming the unknown id(s) and what
+            waits; nothing was applied and the pending interrupts keep their ids.
+    """
+    statuses = read_task_statuses(list(writes))
+    pending = {i.id: i.value for status in statuses.values() for i in status.pending_interrupts}
+    if not has_tasks and not pending:
+        # Finished tasks on a head with nothing next: a step whose run was cut
+        # off before its checkpoint (a rollback); a run with no input ends it.
+        refuse_resume_of_idle(resume, step_left=any(s.finished for s in statuses.values()))
+    if pending and is_resume_map(resume):
+        known = {i.id for status in statuses.values() for i in status.interrupts}
+        check_resume_ids(list(resume), known=known, pending=pending)
 
 
 def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:

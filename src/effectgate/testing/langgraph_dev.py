@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -67,6 +67,8 @@ class LangGraphDev:
         dependencies: ``langgraph.json`` dependencies (paths added for the
             graph's import); effectgate itself must be importable already.
         executable: the ``langgraph`` script; default: beside ``sys.executable``.
+        graphs: more graphs to serve, assistant id -> ``module:factory`` (as
+            ``langgraph.json`` names them), beside ``effectgate``.
 
     Raises:
         FileNotFoundError: at ``start``, when the ``langgraph`` script is missing
@@ -81,6 +83,7 @@ class LangGraphDev:
         *,
         dependencies: Sequence[str] = (".",),
         executable: Path | None = None,
+        graphs: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +92,8 @@ class LangGraphDev:
         self.executable = executable or Path(sys.executable).with_name("langgraph")
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        config = {"dependencies": list(dependencies), "graphs": {"effectgate": GRAPH}}
+        served = {"effectgate": GRAPH, **(graphs or {})}
+        config = {"dependencies": list(dependencies), "graphs": served}
         (self.workdir / "langgraph.json").write_text(json.dumps(config))
         atexit.register(self.stop)  # no server outlives its owner's interpreter
 
