@@ -47,7 +47,7 @@ _CHECKS: list[tuple[str, str]] = [
     ("effectgate.graph._agent", "check_review_answer"),
     ("effectgate.graph._nodes", "check_review_answer"),
     ("effectgate.graph._review", "recorded_decision"),
-    ("effectgate.graph._review", "decision_allowed"),
+    ("effectgate.graph._review", "check_decision_allowed"),
 ]
 
 
