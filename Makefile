@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install --progress-bar on
 
-.PHONY: demo test lint typecheck bench bench-latency campaign answer-machine server-kills browser notebooks lowest-deps clean
+.PHONY: demo test lint typecheck bench bench-latency campaign campaign-pg-faults answer-machine server-kills browser notebooks lowest-deps clean
 
 $(BIN)/python:
 	@echo "== creating $(VENV) with $(PY) -m venv"
@@ -83,6 +83,15 @@ campaign: $(VENV)/.installed-bench $(VENV)/.installed-postgres
 	$(BIN)/python benchmarks/campaign.py --trials 1000 --out benchmarks/results/campaign.json
 	$(BIN)/python benchmarks/campaign.py --trials 1000 --systems effectgate-pg-workers \
 		--out benchmarks/results/campaign_pg_workers.json
+
+# 4 `effectgate worker` processes and a reviewer on a private PostgreSQL cluster
+# (initdb/pg_ctl of the installed PostgreSQL, one per trial running at once) behind a
+# TCP proxy: SIGKILLs, pg_terminate_backend, fast and immediate restarts, dropped
+# connections and SIGSTOP past the lease, at random moments and at every seam (about
+# 3 hours for 1,000 trials with --jobs 2 on 2 busy cores; the suite runs 3 trials).
+campaign-pg-faults: $(VENV)/.installed-bench $(VENV)/.installed-postgres
+	$(BIN)/python benchmarks/campaign.py --trials 1000 --systems effectgate-pg-faults \
+		--jobs 2 --out benchmarks/results/campaign_pg_faults.json
 
 # The answer state machine with more runs and longer ones than the suite's bounded version.
 answer-machine: $(VENV)/.installed-test

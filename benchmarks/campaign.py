@@ -9,7 +9,10 @@ Usage (the full campaign, >= 1,000 trials per system)::
 writes ``campaign.json`` (every trial) and ``campaign.md`` (the tables) next
 to it. ``--systems effectgate-pg-workers`` runs 4 ``effectgate worker``
 processes and a reviewer on PostgreSQL (``EFFECTGATE_TEST_POSTGRES``, default
-the local server; a fresh schema per trial). See docs/campaign.md for the method.
+the local server; a fresh schema per trial). ``--systems effectgate-pg-faults`` runs
+them on a private cluster (``initdb``, one per job) behind a TCP proxy and injects
+database, network and process faults (``make campaign-pg-faults``). See
+docs/campaign.md for the method.
 """
 
 from __future__ import annotations

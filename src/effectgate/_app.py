@@ -89,7 +89,7 @@ class StateDir:
         if self.store is not None:
             from effectgate.ledger import PostgresLedger
 
-            return PostgresLedger(self.store, clock=clock)
+            return PostgresLedger(self.store, clock=clock, bound=True)
         from effectgate.ledger import SqliteLedger
 
         self.refuse_lost(self.ledger)
@@ -384,7 +384,8 @@ def _open_stores(
     if store is not None:
         from effectgate._postgres_app import open_postgres_stores
 
-        return open_postgres_stores(stack, store, clock)
+        # recorded in the marker only once reached (bind_store probes it first)
+        return open_postgres_stores(stack, store, clock, bound=sd.store is not None)
     sd.refuse_lost(sd.checkpoints)  # open_ledger checks the ledger
     conn = _open_checkpoints(sd.checkpoints)
     stack.callback(conn.close)

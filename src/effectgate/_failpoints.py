@@ -5,25 +5,34 @@ when it reaches that seam; ``<NAME>@<tool>`` limits it to one tool's effect
 node, and ``<NAME>#<n>`` to the n-th time the seam is reached in this process
 (1-based). Each member is called in exactly one place (DBOS
 ``_debug_trigger``); a meta-test checks that every member has a crash test.
+
+With ``EFFECTGATE_FAILPOINT_ACTION=stop`` the process stops itself there
+instead (``SIGSTOP``) and goes on past the seam once something sends it
+``SIGCONT``: a fault campaign breaks the database or the network, or waits
+past the process's lease, while the process is frozen at the seam.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterable
 
 from effectgate.errors import ConfigError
 
-__all__ = ["ENV_VAR", "EXIT_CODE", "Failpoint", "check", "hit", "per_tool"]
+__all__ = ["ACTION_VAR", "ENV_VAR", "EXIT_CODE", "Failpoint", "check", "hit", "per_tool"]
 
 ENV_VAR = "EFFECTGATE_FAILPOINT"
 EXIT_CODE = 137
+"""Exit status of a process killed at a failpoint (as SIGKILL's 128 + 9)."""
 HINT_VAR = "EFFECTGATE_FAILPOINT_HINT"
 """Set by the CLI to the command that continues the thread; printed on a failpoint exit."""
-"""Exit status of a process killed at a failpoint (as SIGKILL's 128 + 9)."""
+ACTION_VAR = "EFFECTGATE_FAILPOINT_ACTION"
+"""``exit`` (default: ``os._exit(137)``) or ``stop`` (``SIGSTOP`` itself; on at ``SIGCONT``)."""
+_ACTIONS = ("exit", "stop")
 
 
 class Failpoint(enum.StrEnum):
@@ -106,14 +115,20 @@ def check(effect_tools: Iterable[str], spec: str | None = None) -> None:
         )
     if nth is not None and nth < 1:
         raise ConfigError(f"{ENV_VAR}={spec!r}: '#n' counts from 1")
+    action = os.environ.get(ACTION_VAR) or "exit"
+    if action not in _ACTIONS:
+        raise ConfigError(f"{ACTION_VAR}={action!r}: one of {', '.join(_ACTIONS)}")
 
 
 def hit(point: Failpoint, *, tool: str | None = None) -> None:
-    """Exit the process at once if ``EFFECTGATE_FAILPOINT`` names this seam.
+    """Exit the process at once if ``EFFECTGATE_FAILPOINT`` names this seam (or stop it).
 
     Args:
         point: the seam being passed.
         tool: the tool whose effect is at the seam, matched against ``@tool``.
+
+    With ``EFFECTGATE_FAILPOINT_ACTION=stop`` the process sends itself
+    ``SIGSTOP`` instead and returns once it is continued (``SIGCONT``).
 
     Note:
         ``os._exit`` skips ``finally`` blocks, atexit hooks and buffered
@@ -129,6 +144,11 @@ def hit(point: Failpoint, *, tool: str | None = None) -> None:
         _counts[name] = _counts.get(name, 0) + 1
         count = _counts[name]
     if nth is not None and count != nth:
+        return
+    if os.environ.get(ACTION_VAR) == "stop":
+        sys.stderr.write(f"effectgate: failpoint {point.value} reached; stopping (SIGSTOP)\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
         return
     sys.stderr.write(f"effectgate: failpoint {point.value} reached; exiting {EXIT_CODE}\n")
     if os.environ.get(HINT_VAR):

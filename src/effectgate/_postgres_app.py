@@ -48,7 +48,7 @@ def require_postgres(store: str) -> None:
 
 
 def open_postgres_stores(
-    stack: ExitStack, store: str, clock: Clock | None
+    stack: ExitStack, store: str, clock: Clock | None, *, bound: bool = False
 ) -> tuple[Ledger, BaseCheckpointSaver[Any]]:
     """Open a ``PostgresLedger`` and a ``StepDurablePostgresSaver`` on ``store``.
 
@@ -59,6 +59,8 @@ def open_postgres_stores(
         stack: receives the close of both.
         store: a ``postgresql://`` (or ``postgres://``) URL.
         clock: the ledger's clock; ``None``: the database's (``DatabaseClock``).
+        bound: a state directory records ``store`` (it was reached before):
+            a refused first connection is retried (``PostgresLedgerStore``).
 
     Returns:
         ``(ledger, checkpointer)``.
@@ -66,6 +68,9 @@ def open_postgres_stores(
     Raises:
         ConfigError: ``store`` is not a PostgreSQL URL, the ``postgres`` extra
             is not installed, or the server cannot be used.
+        DatabaseUnavailableError: ``bound``, and the server did not answer
+            within the retry budget; or it stopped answering between the
+            ledger's first connection and the checkpointer's.
     """
     require_postgres(store)
     import psycopg
@@ -80,7 +85,7 @@ def open_postgres_stores(
             check_checkpoint_tables(conn)
     except psycopg.Error:
         pass  # the ledger's open below says what is wrong with the server, in one line
-    ledger = stack.enter_context(PostgresLedger(store, clock=clock))
+    ledger = stack.enter_context(PostgresLedger(store, clock=clock, bound=bound))
     try:
         saver = stack.enter_context(open_postgres_saver(store))
     except psycopg.Error as exc:

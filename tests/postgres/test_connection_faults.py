@@ -230,6 +230,53 @@ def test_an_idle_worker_rides_over_a_server_restart(
     assert len(services.tickets()) == 1  # t2's ticket is t1's operation (same business key)
 
 
+def test_a_worker_started_while_the_server_restarts_waits_for_it(
+    cluster: PrivateCluster, url: str, services: DemoServices, state_dir: StateDir, tmp_path: Path
+) -> None:
+    """A worker whose state directory's store is down as it starts retries, then runs.
+
+    The store was reached before (the state directory records it), so a
+    refused first connection is the server restarting, not a mistyped URL:
+    it is retried for the budget (``EFFECTGATE_DB_RETRY_S``) like any later
+    one. Found by the fault campaign (``effectgate-pg-faults``): before, a
+    worker started during a restart exited 2 with ``ConfigError: cannot use
+    ledger database ...: the database system is starting up`` (and a pool's
+    replacement worker, not replaced after an exit of its own, was gone).
+    """
+    proxy = DroppingProxy(("127.0.0.1", cluster.port))
+    proxied = url.replace(f":{cluster.port}/", f":{proxy.port}/")
+    try:
+        bound = StateDir.open(state_dir.root, store=proxied)  # recorded in effectgate.json
+        with open_agent(bound, endpoints=services.endpoints) as agent:
+            submit(agent, TASK, thread_id="t1")
+        cluster.stop("fast")
+        before = proxy.accepted
+        log = (tmp_path / "worker.out").open("w")
+        worker = subprocess.Popen(
+            [*CLI, "worker", "--state-dir", str(state_dir.root), "--until-idle", *WORKER_FLAGS],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**cli_env(), "EFFECTGATE_DB_RETRY_S": "120"},
+        )
+        try:
+            # the worker has tried the stopped server once (or ended already)
+            _wait_for(lambda: proxy.accepted > before or worker.poll() is not None, "a try", 60)
+            cluster.start()
+            worker.wait(timeout=180)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            log.close()
+    finally:
+        proxy.close()
+    out = (tmp_path / "worker.out").read_text()
+    assert worker.returncode == 0, out[-3000:]
+    assert len(services.tickets()) == 1 and len(services.mails()) == 1
+    assert _states(url, "t1") == {"SUCCEEDED"}
+
+
 def _checkpoints(url: str, thread_id: str) -> int:
     try:
         with psycopg.connect(url, connect_timeout=2) as conn:

@@ -49,3 +49,52 @@ def test_environment_is_read_when_no_spec_given(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("EFFECTGATE_FAILPOINT", "NOPE")
     with pytest.raises(ConfigError):
         check(TOOLS)
+
+
+def test_an_unknown_action_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``EFFECTGATE_FAILPOINT_ACTION`` is ``exit`` or ``stop``; a typo is refused up front."""
+    monkeypatch.setenv("EFFECTGATE_FAILPOINT_ACTION", "pause")
+    with pytest.raises(ConfigError, match="EFFECTGATE_FAILPOINT_ACTION"):
+        check(TOOLS, "MID_SUPERSTEP")
+
+
+_STOPS = """
+from effectgate._failpoints import Failpoint, hit
+hit(Failpoint.AFTER_IN_FLIGHT_COMMIT, tool="send_email")
+print("went on")
+"""
+
+
+def test_the_stop_action_stops_the_process_at_the_seam_until_sigcont() -> None:
+    """With ``stop`` a real process stops itself at the seam and goes on past it once continued."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    env = {
+        **os.environ,
+        "EFFECTGATE_FAILPOINT": "AFTER_IN_FLIGHT_COMMIT@send_email",
+        "EFFECTGATE_FAILPOINT_ACTION": "stop",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STOPS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        state = ""
+        while state != "T" and proc.poll() is None and time.monotonic() < deadline:
+            state = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0]
+            time.sleep(0.01)
+        assert state == "T", proc.poll()  # stopped at the seam, not exited
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.decode().strip() == "went on"
+    assert b"stopping (SIGSTOP)" in err

@@ -396,16 +396,21 @@ def open_postgres_saver(
     Raises:
         psycopg.Error: the server cannot be reached or refuses the setup.
     """
-    with psycopg.connect(
-        dsn, autocommit=True, row_factory=dict_row, prepare_threshold=None
-    ) as conn:
-        for name in setup_checkpoint_tables(conn):
-            _log.warning(
-                "checkpoint index %s was invalid (a start-up killed mid-build): rebuilt", name
-            )
-    from effectgate.ledger._postgres import _retry_budget
+    from effectgate.ledger._postgres import _retry_budget, retry_transient
+
+    def setup() -> None:
+        with psycopg.connect(
+            dsn, autocommit=True, row_factory=dict_row, prepare_threshold=None
+        ) as conn:
+            for name in setup_checkpoint_tables(conn):
+                _log.warning(
+                    "checkpoint index %s was invalid (a start-up killed mid-build): rebuilt", name
+                )
 
     retry_s = _retry_budget(retry_for)
+    # Opened after the ledger, on the same server: a failure to connect now is
+    # the server restarting (the set-up is one transaction, safe to repeat).
+    retry_transient(setup, where=redacted(dsn), budget_s=retry_s)
     pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
         dsn,
         min_size=1,

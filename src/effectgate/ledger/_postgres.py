@@ -898,6 +898,11 @@ class PostgresLedgerStore:
             connections before ``DatabaseUnavailableError``; ``timedelta``
             or float seconds (default ``DEFAULT_RETRY_S``; the environment
             variable ``EFFECTGATE_DB_RETRY_S`` overrides the default).
+        bound: the store was reached before (a state directory records it):
+            its first connection is retried like any later one, for
+            ``retry_for``, then ``DatabaseUnavailableError``. A server
+            restarting as a worker starts is passing; only an address never
+            reached may be a mistake.
 
     No state is left on a connection between transactions (each sets its
     ``synchronous_commit``, ``lock_timeout`` and ``search_path`` locally,
@@ -908,7 +913,10 @@ class PostgresLedgerStore:
     Raises:
         ConfigError: the server cannot be reached or refuses the login or
             database at this first connection (libpq's errors carry no
-            SQLSTATE then: a wrong port and a stopped server look alike).
+            SQLSTATE then: a wrong port and a stopped server look alike),
+            unless ``bound``.
+        DatabaseUnavailableError: ``bound``, and no connection could be had
+            within ``retry_for``.
         ConfigError: the schema holds ledger tables but no version table (not ours).
         SchemaVersionError: the schema is newer than this build, or older with
             ``migrate=False``.
@@ -926,6 +934,7 @@ class PostgresLedgerStore:
         busy_timeout: timedelta | float = 30.0,
         pool_size: int = 4,
         retry_for: timedelta | float | None = None,
+        bound: bool = False,
     ) -> None:
         self.dsn = dsn
         """The connection string (it may hold a password: show ``redacted(dsn)``)."""
@@ -944,17 +953,17 @@ class PostgresLedgerStore:
         with _translated(self._where, opened=False):
             # One plain connection first: an unreachable server fails at once
             # (the pool would retry until its timeout), and nothing is pooled
-            # before the schema is known to be ours.
-            with psycopg.connect(
-                dsn, autocommit=True, connect_timeout=10, prepare_threshold=None
-            ) as conn:
-                if schema is not None:
-                    # a transaction-scoped lock: nothing held across
-                    # transactions, so it holds behind a transaction pooler
-                    with conn.transaction():
-                        conn.execute(PG_SCHEMA_LOCK)
-                        conn.execute(pgsql.SQL(PG_CREATE_SCHEMA).format(pgsql.Identifier(schema)))
-                self._prepare(conn, migrate=migrate)
+            # before the schema is known to be ours. A bound store's is retried
+            # (each try in one transaction: a repeat after a cut is harmless).
+            if bound:
+                retry_transient(
+                    lambda: self._first_connection(migrate=migrate),
+                    where=self._where,
+                    budget_s=self._retry_s,
+                    rng=self._rng,
+                )
+            else:
+                self._first_connection(migrate=migrate)
             self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
                 dsn,
                 min_size=1,
@@ -975,6 +984,19 @@ class PostgresLedgerStore:
             except BaseException:
                 self._pool.close()
                 raise
+
+    def _first_connection(self, *, migrate: bool) -> None:
+        """Check (and migrate) the schema on one plain connection of its own."""
+        with psycopg.connect(
+            self.dsn, autocommit=True, connect_timeout=10, prepare_threshold=None
+        ) as conn:
+            if self.schema is not None:
+                # a transaction-scoped lock: nothing held across
+                # transactions, so it holds behind a transaction pooler
+                with conn.transaction():
+                    conn.execute(PG_SCHEMA_LOCK)
+                    conn.execute(pgsql.SQL(PG_CREATE_SCHEMA).format(pgsql.Identifier(self.schema)))
+            self._prepare(conn, migrate=migrate)
 
     def _settings(self, *, durable: bool = True) -> _Step:
         """The first statement of a write transaction: its id and its local settings."""
@@ -1167,9 +1189,12 @@ class PostgresLedger(Ledger):
         rng: the random source for backoff jitter.
         retry_for: how long a transient database error is retried (see
             ``PostgresLedgerStore``); ``None``: ``EFFECTGATE_DB_RETRY_S`` or 5 s.
+        bound: the store was reached before; its first connection is retried
+            too (see ``PostgresLedgerStore``).
 
     Raises:
-        ConfigError, LedgerCorruptError, SchemaVersionError: as ``PostgresLedgerStore``.
+        ConfigError, LedgerCorruptError, SchemaVersionError, DatabaseUnavailableError:
+            as ``PostgresLedgerStore``.
     """
 
     def __init__(
@@ -1183,6 +1208,7 @@ class PostgresLedger(Ledger):
         pool_size: int = 4,
         rng: random.Random | None = None,
         retry_for: timedelta | float | None = None,
+        bound: bool = False,
     ) -> None:
         store = PostgresLedgerStore(
             dsn,
@@ -1191,5 +1217,6 @@ class PostgresLedger(Ledger):
             busy_timeout=busy_timeout,
             pool_size=pool_size,
             retry_for=retry_for,
+            bound=bound,
         )
         super().__init__(store, clock=clock or store.database_clock(), rng=rng)

@@ -168,11 +168,16 @@ class PrivateCluster:
     directory (``close`` removes it). Run as root (a container), the server
     runs as the ``postgres`` user (``initdb`` refuses root), through ``runuser``.
 
+    Args:
+        max_connections: the server's ``max_connections`` (a fault campaign's
+            four workers, a reviewer and a stopped worker's pools need more
+            than a test's 40).
+
     Raises:
         FileNotFoundError: ``initdb`` / ``pg_ctl`` are not installed (see ``available``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_connections: int = 40) -> None:
         import tempfile
 
         initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
@@ -198,7 +203,8 @@ class PrivateCluster:
         )
         settings = (
             f"port = {self.port}\nlisten_addresses = '127.0.0.1'\n"
-            f"unix_socket_directories = '{root}'\nmax_connections = 40\nshared_buffers = 16MB\n"
+            f"unix_socket_directories = '{root}'\nmax_connections = {max_connections}\n"
+            "shared_buffers = 16MB\n"
         )
         subprocess.run(
             [*self._as, "sh", "-c", f"cat >> '{self.data / 'postgresql.conf'}'"],

@@ -31,6 +31,8 @@ class DroppingProxy:
         self._open: list[socket.socket] = []
         self.dropped = 0
         """How many connections ``drop_all`` has cut."""
+        self.accepted = 0
+        """How many client connections it accepted (forwarded or, target down, closed)."""
         self._closed = False
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
 
@@ -40,6 +42,8 @@ class DroppingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            with self._lock:
+                self.accepted += 1
             try:
                 server = socket.create_connection(self.target)
             except OSError:

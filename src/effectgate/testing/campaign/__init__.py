@@ -24,6 +24,7 @@ from pathlib import Path
 
 from effectgate.testing.campaign._harness import (
     EFFECTGATE_SEAMS,
+    FAULT_KINDS,
     PLAIN_SEAMS,
     SCENARIOS,
     TrialResult,
@@ -36,6 +37,7 @@ from effectgate.testing.campaign._systems import System
 
 __all__ = [
     "EFFECTGATE_SEAMS",
+    "FAULT_KINDS",
     "PLAIN_SEAMS",
     "SCENARIOS",
     "System",
@@ -61,7 +63,9 @@ def run_campaign(
     """Run every trial, ``jobs`` at a time, each in its own directory under ``workdir``.
 
     Trials share nothing (own state directory, own services on their own
-    ports), so running several at once changes timing only.
+    ports; an ``effectgate-pg-faults`` trial has a private cluster to itself
+    while it runs, reused by a later trial with a fresh schema), so running
+    several at once changes timing only.
 
     Args:
         specs: the trials, e.g. from ``plan_trials``.
@@ -75,15 +79,18 @@ def run_campaign(
     Returns:
         The results in the order of ``specs``.
     """
+    from effectgate.testing.campaign._pgworkers import ClusterPool
     from effectgate.testing.campaign._worker import PRELOAD
     from effectgate.testing.forkserver import ForkServer
 
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(ForkServer(PRELOAD)) if fork_server else None
+        # effectgate-pg-faults: one private cluster per trial running at once, reused.
+        clusters = stack.enter_context(ClusterPool())
 
         def one(spec: TrialSpec) -> TrialResult:
-            result = run_trial(spec, workdir, server=server, keep=keep)
+            result = run_trial(spec, workdir, server=server, keep=keep, clusters=clusters)
             if on_result is not None:
                 on_result(result)
             return result

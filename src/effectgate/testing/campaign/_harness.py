@@ -31,7 +31,12 @@ from typing import TYPE_CHECKING
 
 from effectgate._app import StateDir
 from effectgate.testing.campaign._oracle import judge
-from effectgate.testing.campaign._pgworkers import run_pg_workers_trial
+from effectgate.testing.campaign._pgworkers import (
+    FAULT_KINDS,
+    PG_FAULTS_SCENARIOS,
+    ClusterPool,
+    run_pg_workers_trial,
+)
 from effectgate.testing.campaign._systems import (
     EXIT_BUSY,
     EXIT_DONE,
@@ -50,6 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EFFECTGATE_SEAMS",
+    "FAULT_KINDS",
+    "PG_FAULTS_SCENARIOS",
     "PLAIN_SEAMS",
     "SCENARIOS",
     "TrialResult",
@@ -70,6 +77,9 @@ PG_WORKERS_KILL_SPAN_S = 1.5
 Four workers finish their four threads in 1.4-2.2 s on a quiet 2-core machine
 (longer under load): a later kill often found them done, and the trial
 proved nothing (``kills == 0``)."""
+PG_FAULTS_SPAN_S = 2.0
+"""``effectgate-pg-faults``: its random faults are uniform in ``[0, 2]`` s after READY
+(a restart takes a second or more, so the threads take longer than without faults)."""
 
 EFFECTGATE_SEAMS = (
     "AFTER_REVIEW_RECORDED#1",
@@ -141,9 +151,22 @@ def plan_trials(
                     scenario = "kill-random"
             trial_seed = random.Random(f"{seed}:{i}").randrange(2**31)
             seam = None
+            faults: tuple[str, ...] = ()
             if scenario == "kill-seam":
                 seam, n_seam = seams[n_seam % len(seams)], n_seam + 1
             kills = random.Random(trial_seed).randint(1, max_kills)
+            if system is System.PG_FAULTS:
+                span = max(kill_span_s, PG_FAULTS_SPAN_S)
+                if seam is not None:
+                    # 11 seams and 6 kinds: every pair comes round once in 66 seam trials.
+                    scenario, faults = (
+                        "faults-seam",
+                        (FAULT_KINDS[(n_seam - 1) % len(FAULT_KINDS)],),
+                    )
+                else:
+                    rng = random.Random(trial_seed ^ 0xFA17)
+                    scenario = "faults-random"
+                    faults = tuple(rng.choice(FAULT_KINDS) for _ in range(kills + 1))
             specs.append(
                 TrialSpec(
                     system=system,
@@ -154,6 +177,7 @@ def plan_trials(
                     kills=kills if scenario == "kill-random" else 0,
                     kill_span_s=span,
                     service_delay_s=service_delay_s,
+                    faults=faults,
                 )
             )
     return specs
@@ -208,7 +232,12 @@ _SCENARIO_RUN = {
 
 
 def run_trial(
-    spec: TrialSpec, workdir: Path, *, server: ForkServer | None = None, keep: bool = False
+    spec: TrialSpec,
+    workdir: Path,
+    *,
+    server: ForkServer | None = None,
+    keep: bool = False,
+    clusters: ClusterPool | None = None,
 ) -> TrialResult:
     """Run one trial in a fresh state directory under ``workdir`` and judge it.
 
@@ -217,14 +246,16 @@ def run_trial(
         workdir: parent of the trial's state directory.
         server: fork workers from this server; None: start each as ``python -m``.
         keep: keep the state directory (default: removed after judging).
+        clusters: the private clusters of ``effectgate-pg-faults`` trials
+            (default: one made for the trial).
 
     Returns:
         The trial's counts, read from the external systems' own storage.
     """
     from effectgate.demo.services import DemoServices
 
-    if spec.system is System.PG_WORKERS:
-        return run_pg_workers_trial(spec, workdir, server=server, keep=keep)
+    if spec.system in (System.PG_WORKERS, System.PG_FAULTS):
+        return run_pg_workers_trial(spec, workdir, server=server, keep=keep, clusters=clusters)
     started = time.monotonic()
     root = workdir / f"{spec.system.value}-{spec.scenario}-{spec.index:05d}"
     shutil.rmtree(root, ignore_errors=True)

@@ -5,12 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from effectgate.testing.campaign._harness import SCENARIOS, TrialResult
+from effectgate.testing.campaign._harness import (
+    FAULT_KINDS,
+    PG_FAULTS_SCENARIOS,
+    SCENARIOS,
+    TrialResult,
+)
 
 __all__ = ["render_markdown", "summarize"]
 
 _COLUMNS = (
     ("trials", "trials"),
+    ("faults", "faults"),
     ("kills", "kills"),
     ("duplicate_tickets", "duplicate tickets"),
     ("duplicate_mails", "duplicate mails"),
@@ -27,6 +33,10 @@ def _sum(trials: Sequence[TrialResult]) -> dict[str, Any]:
     n = len(trials)
     return {
         "trials": n,
+        # None: a system that injects nothing but SIGKILLs (see "kills").
+        "faults": sum(sum(t.faults.values()) for t in trials)
+        if any(t.faults for t in trials)
+        else None,
         "kills": sum(t.kills for t in trials),
         "duplicate_tickets": sum(t.duplicate_tickets for t in trials),
         "duplicate_mails": sum(t.duplicate_mails for t in trials),
@@ -41,6 +51,7 @@ def _sum(trials: Sequence[TrialResult]) -> dict[str, Any]:
         "mean_resumes": round(sum(t.resumes for t in trials) / n, 2) if n else 0.0,
         "unfinished": sum(1 for t in trials if not t.finished),
         "held_for_human": sum(1 for t in trials if t.held),
+        "verdicts": sum(t.verdicts for t in trials),
         "stalled": sum(1 for t in trials if t.stalled),
         "runner_refused_fork": sum(1 for t in trials if t.runner_refused_fork),
         "mean_trial_s": round(sum(t.duration_s for t in trials) / n, 2) if n else 0.0,
@@ -54,10 +65,12 @@ def summarize(results: Iterable[TrialResult]) -> dict[str, Any]:
         results: finished trials, any order.
 
     Returns:
-        ``{"systems": {system: totals}, "scenarios": {system: {scenario: totals}}}``;
-        totals hold the table's columns plus ``trials_with_duplicates``,
-        ``trials_with_lost_actions``, ``held_for_human``, ``stalled``, ``runner_refused_fork``
-        and ``mean_trial_s`` (seconds).
+        ``{"systems": {system: totals}, "scenarios": {system: {scenario: totals}},
+        "fault_kinds": {system: {kind: totals}}}``; totals hold the table's
+        columns plus ``trials_with_duplicates``, ``trials_with_lost_actions``,
+        ``held_for_human``, ``verdicts``, ``stalled``, ``runner_refused_fork`` and
+        ``mean_trial_s`` (seconds). ``fault_kinds`` (systems that inject
+        faults only) sums, per kind, the trials in which that kind was delivered.
     """
     by_system: dict[str, list[TrialResult]] = {}
     for trial in results:
@@ -66,12 +79,21 @@ def summarize(results: Iterable[TrialResult]) -> dict[str, Any]:
     scenarios = {
         name: {
             scenario: _sum([t for t in trials if t.scenario == scenario])
-            for scenario in SCENARIOS
+            for scenario in (*SCENARIOS, *PG_FAULTS_SCENARIOS)
             if any(t.scenario == scenario for t in trials)
         }
         for name, trials in by_system.items()
     }
-    return {"systems": systems, "scenarios": scenarios}
+    kinds = {
+        name: {
+            kind: _sum([t for t in trials if t.faults.get(kind)])
+            for kind in FAULT_KINDS
+            if any(t.faults.get(kind) for t in trials)
+        }
+        for name, trials in by_system.items()
+        if any(t.faults for t in trials)
+    }
+    return {"systems": systems, "scenarios": scenarios, "fault_kinds": kinds}
 
 
 def _cell(value: Any) -> str:
@@ -79,10 +101,16 @@ def _cell(value: Any) -> str:
 
 
 def _table(rows: Mapping[str, Mapping[str, Any]], first: str) -> list[str]:
-    head = f"| {first} | " + " | ".join(title for _, title in _COLUMNS) + " |"
-    rule = "|---|" + "---:|" * len(_COLUMNS)
+    # The faults column only where some row injected faults (older reports keep their shape).
+    columns = [
+        (key, title)
+        for key, title in _COLUMNS
+        if key != "faults" or any(row.get("faults") is not None for row in rows.values())
+    ]
+    head = f"| {first} | " + " | ".join(title for _, title in columns) + " |"
+    rule = "|---|" + "---:|" * len(columns)
     body = [
-        f"| {name} | " + " | ".join(_cell(row.get(key)) for key, _ in _COLUMNS) + " |"
+        f"| {name} | " + " | ".join(_cell(row.get(key)) for key, _ in columns) + " |"
         for name, row in rows.items()
     ]
     return [head, rule, *body]
@@ -121,4 +149,14 @@ def render_markdown(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
     ]
     for system, scenarios in summary["scenarios"].items():
         lines += [f"## {system} by scenario", "", *_table(scenarios, "scenario"), ""]
+    for system, kinds in summary.get("fault_kinds", {}).items():
+        lines += [
+            f"## {system} by fault kind",
+            "",
+            "Each row: the trials in which at least one fault of that kind was delivered "
+            "(a trial with several kinds is in several rows).",
+            "",
+            *_table(kinds, "fault"),
+            "",
+        ]
     return "\n".join(lines)

@@ -77,6 +77,8 @@ class System(enum.StrEnum):
     EFFECT_LEDGER = "effect-ledger"
     PG_WORKERS = "effectgate-pg-workers"
     """4 ``effectgate worker`` processes and a reviewer on one PostgreSQL (``_pgworkers``)."""
+    PG_FAULTS = "effectgate-pg-faults"
+    """The same on a private cluster behind a TCP proxy, with database and process faults."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,11 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["TrialResult", "TrialSpec"]
 
 _WORKER_MODULE = "effectgate.testing.campaign._worker"
-_GATED_BY_EFFECTGATE = frozenset({System.EFFECTGATE, System.MIDDLEWARE, System.PG_WORKERS})
+_GATED_BY_EFFECTGATE = frozenset(
+    {System.EFFECTGATE, System.MIDDLEWARE, System.PG_WORKERS, System.PG_FAULTS}
+)
 """Systems whose seams are effectgate's failpoints."""
 _READY_TIMEOUT_S = 90.0
 _POLL_S = 0.005
-_SEAM_VARS = ("EFFECTGATE_FAILPOINT", "CAMPAIGN_KILL")
+_SEAM_VARS = ("EFFECTGATE_FAILPOINT", "EFFECTGATE_FAILPOINT_ACTION", "CAMPAIGN_KILL")
 _RUN_TIMEOUT_S = 120.0
 _BUSY_PAUSE_S = 0.2
 _HELD_RETRIES = 1  # one more process after "held": a concurrent winner may have finished
@@ -64,6 +66,9 @@ class TrialSpec:
     """Each ticket create and mail DATA is held this long by the services, in seconds."""
     max_runs: int = 12
     """Worker processes a trial may start after its planned ones."""
+    faults: tuple[str, ...] = ()
+    """``effectgate-pg-faults``: the faults to inject (``FAULT_KINDS``), at random moments
+    (``faults-random``) or the one applied while a process is stopped at ``seam``."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -100,6 +105,10 @@ class TrialResult:
     history_problems: int = 0
     """Checkpoints whose message history breaks the tool-call pairing rules."""
     runner_refused_fork: bool = False
+    faults: dict[str, int] = field(default_factory=dict)
+    """Faults delivered, by kind (``effectgate-pg-faults``; SIGKILLs are also in ``kills``)."""
+    verdicts: int = 0
+    """Reconciliation verdicts the trial's person gave once every process had ended."""
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -121,6 +130,14 @@ class _Popen:
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
+
+    def send_signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signum)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:

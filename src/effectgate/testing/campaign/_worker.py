@@ -51,11 +51,14 @@ def _wait_for(go_file: Path) -> None:
 
 
 def _pg_role(role: str, state_dir: Path, lease_ttl_s: float) -> int:
-    """``effectgate worker`` itself (its command line, in this process), or the reviewer."""
-    if role == "reviewer":
+    """``effectgate worker`` itself (its command line, in this process), or a reviewer.
+
+    The ``person`` is the reviewer who also gives reconciliation verdicts.
+    """
+    if role in ("reviewer", "person"):
         from effectgate.testing.campaign._reviewer import review_until_settled
 
-        return review_until_settled(state_dir, lease_ttl_s)
+        return review_until_settled(state_dir, lease_ttl_s, verdicts=role == "person")
     from effectgate.cli import main as cli
 
     try:
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fork", action="store_true")
     parser.add_argument("--kill-after-result", action="store_true")
     parser.add_argument("--go-file", type=Path)
-    parser.add_argument("--role", choices=["worker", "reviewer"], default="worker")
+    parser.add_argument("--role", choices=["worker", "reviewer", "person"], default="worker")
     parser.add_argument("--lease-ttl", type=float, default=30.0)
     args = parser.parse_args(argv)
     import_everything()
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.go_file is not None:
         _wait_for(args.go_file)
     system = System(args.system)
-    if system is System.PG_WORKERS:
+    if system in (System.PG_WORKERS, System.PG_FAULTS):
         return _pg_role(args.role, args.state_dir, args.lease_ttl)
     if system is System.EFFECTGATE and not (args.fresh_ids or args.fork):
         from effectgate.testing import worker
