@@ -282,13 +282,20 @@ class AttemptsMixin(ThreadsMixin):
             try:
                 return self._cas(tx, operation_id, expect, change, facts, attempt=attempt)
             except ClaimLostError as exc:
+                cur = self._require(tx, operation_id)
+                if _already_recorded(cur, attempt, state, receipt, error):
+                    # This very result, committed by an earlier try whose
+                    # commit acknowledgement was lost (a cut connection, a
+                    # server restart): the outcome is known, not contested.
+                    # Found by the PostgreSQL fault campaign: the worker
+                    # exited 1 on a ClaimLostError naming its own SUCCEEDED.
+                    return cur
                 # Fenced off: the attempt may still have acted. Its answer is
                 # evidence for whoever settles the operation, never its state.
                 lost = exc
                 late = {**facts, "late_result": state.value, "fenced_attempt": attempt}
                 if receipt is not None:
                     late["result"] = receipt.result
-                cur = self._require(tx, operation_id)
                 self._event(tx, cur, EventKind.NOTE, now, late)
         assert lost is not None
         raise lost
@@ -652,3 +659,35 @@ def _claim_thread(r: StoreReader, op: Operation) -> str:
             named = event.detail.get("thread_id")
             return named if isinstance(named, str) else op.thread_id
     return op.thread_id
+
+
+def _already_recorded(
+    cur: Operation, attempt: int, state: OpState, receipt: Receipt | None, error: str | None
+) -> bool:
+    """Whether ``cur`` already holds exactly this attempt's result (a repeated record).
+
+    Same attempt, same state, the same error text and a receipt with the same
+    identity, source, reference and result (its ``recorded_at`` aside: the
+    repeat made a new one). A result another path recorded for that attempt
+    (a reconciler's lookup, a person) differs in its receipt's source.
+    """
+    if cur.state is not state or cur.attempt != attempt or cur.error != error:
+        return False
+    if receipt is None or cur.receipt is None:
+        return receipt is None and cur.receipt is None
+    mine, theirs = receipt, cur.receipt
+    return (
+        mine.operation_id,
+        mine.intent_hash,
+        mine.attempt,
+        mine.source,
+        mine.reference,
+        mine.result,
+    ) == (
+        theirs.operation_id,
+        theirs.intent_hash,
+        theirs.attempt,
+        theirs.source,
+        theirs.reference,
+        theirs.result,
+    )

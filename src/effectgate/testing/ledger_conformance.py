@@ -357,6 +357,31 @@ class LedgerConformance(abc.ABC):
         reused = [e for e in events if e.kind is EventKind.RESULT_REUSED]
         assert [e.detail.get("thread_id") for e in reused] == [None, "another-thread"]
 
+    def test_the_same_result_recorded_again_is_the_recorded_one(self) -> None:
+        """A repeat of this attempt's own record (its commit's ack lost) returns it; nothing else.
+
+        Found by the PostgreSQL fault campaign: after a cut during the
+        result's commit, the worker recorded it again and exited 1 on a
+        ClaimLostError naming its own SUCCEEDED. Any other result for that
+        attempt (another receipt, another state) is still refused.
+        """
+        ledger = self.ledger()
+        op = self.in_flight(ledger)
+        receipt = make_receipt(op, self.clock)
+        done = ledger.record_result(op.operation_id, attempt=1, state=_S.SUCCEEDED, receipt=receipt)
+        events = len(ledger.events(operation_id=op.operation_id))
+        again = ledger.record_result(
+            op.operation_id, attempt=1, state=_S.SUCCEEDED, receipt=receipt
+        )
+        assert again == done
+        assert len(ledger.events(operation_id=op.operation_id)) == events
+        other = make_receipt(op, self.clock, result={"other": True})
+        with pytest.raises(errors.ClaimLostError):
+            ledger.record_result(op.operation_id, attempt=1, state=_S.SUCCEEDED, receipt=other)
+        with pytest.raises(errors.ClaimLostError):
+            ledger.record_result(op.operation_id, attempt=1, state=_S.UNKNOWN, error="timeout")
+        assert ledger.get(op.operation_id) == done
+
     def test_stale_attempt_result_is_refused(self) -> None:
         """A late record_result of attempt 1 after attempt 2 was claimed is refused."""
         ledger = self.ledger()
