@@ -108,7 +108,7 @@ def _target_time_commits(se: dict[str, Any]) -> list[str]:
     ratio = r["ratio_vs_baseline"]["effectgate"]
     eg, base = r["commits_per_effect"]["effectgate"], r["commits_per_effect"]["baseline"]
     cpu = (r.get("cpu_pair_ratio_vs_baseline") or {}).get("effectgate")
-    cpu_ms = (r.get("cpu_ms_per_effect") or {})
+    cpu_ms = r.get("cpu_ms_per_effect") or {}
     cpu_rows = []
     if cpu:
         cpu_rows.append(
