@@ -91,6 +91,18 @@ def instrumented(savers: list[Any]) -> Iterator[None]:
         for meth in ("put", "put_writes", "get_tuple", "get_delta_channel_history"):
             undo.append(_wrap(saver, meth, f"checkpoint.{meth}"))
         undo.append(_wrap_iter(saver, "list", "checkpoint.list"))
+    from effectgate.dispatch import Dispatcher
+    from effectgate.graph._state import SizedDeltaChannel
+    from effectgate.ledger import Ledger
+    from effectgate.models import ScriptedChatModel
+
+    for cls, meth, label in (
+        (SizedDeltaChannel, "_settle", "messages: snapshot-size estimate (approx_bytes)"),
+        (Dispatcher, "dispatch", "dispatch (claim + tool + result), whole"),
+        (Ledger, "record_review", "ledger: record_review, whole"),
+        (ScriptedChatModel, "_generate", "model: scripted reply, whole"),
+    ):
+        undo.append(_wrap(cls, meth, label))
     for cls, prefix in (
         (SqliteLedgerStore, "ledger"),
         (_Reader, "ledger.read"),
