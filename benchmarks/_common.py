@@ -96,6 +96,18 @@ def timed(fn: Callable[[], Any]) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def timed_cpu(fn: Callable[[], Any]) -> tuple[float, float]:
+    """Run ``fn`` once; return its wall time and this process's CPU time, in milliseconds.
+
+    CPU time is ``time.process_time``: every thread of this process, user and
+    system, so a saver's or an executor's worker threads count; a wait on the
+    disk or on other processes does not.
+    """
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+
+
 # ------------------------------------------------------------------ instrumentation
 
 SYNC_FULL = 2

@@ -3,7 +3,9 @@
 Part A, time: the systems run side by side, one thread each, and take turns
 step by step (the order rotates every step), so each effectgate step is paired
 with the baseline step taken just before or after it. Per repeat: the median
-step time of each system and the median of the paired ratios. Reported:
+step time of each system and the median of the paired ratios, for wall time
+and for this process's CPU time (``time.process_time``: all its threads, no
+waits; ``cpu_ms_per_effect``, ``cpu_pair_ratio_vs_baseline``). Reported:
 median and min-max over repeats.
 
 Part B, commits: one more run with every connection probed (see ``_common``):
@@ -61,11 +63,14 @@ c.SYSTEMS["effectgate_graph"] = EffectgateGraph
 VARIANTS = ["baseline", "effectgate", "effectgate_graph"]
 
 
-def _time_repeat(r: int, steps: int, warmup: int, variants: list[str]) -> dict[str, list[float]]:
+def _time_repeat(
+    r: int, steps: int, warmup: int, variants: list[str]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     root = c.work_dir("side_effect")
     script = c.make_script(warmup + steps + 1)
     systems = {name: c.SYSTEMS[name](root / name, script) for name in variants}
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpus: dict[str, list[float]] = {name: [] for name in variants}
     try:
         for system in systems.values():
             system.start("t")
@@ -74,7 +79,9 @@ def _time_repeat(r: int, steps: int, warmup: int, variants: list[str]) -> dict[s
         for i in range(steps):
             for name in c.rotated(variants, i + r):
                 system = systems[name]
-                times[name].append(c.timed(lambda s=system: s.step("t")))  # type: ignore[misc]
+                wall, cpu = c.timed_cpu(lambda s=system: s.step("t"))  # type: ignore[misc]
+                times[name].append(wall)
+                cpus[name].append(cpu)
         for name, system in systems.items():
             if len(system.sink) != warmup + steps:
                 raise RuntimeError(f"{name}: {len(system.sink)} effects for {warmup + steps} steps")
@@ -82,7 +89,7 @@ def _time_repeat(r: int, steps: int, warmup: int, variants: list[str]) -> dict[s
         for system in systems.values():
             system.close()
         shutil.rmtree(root, ignore_errors=True)
-    return times
+    return times, cpus
 
 
 def part_time(
@@ -97,10 +104,16 @@ def part_time(
     ratio: dict[str, list[float]] = {n: [] for n in variants}
     pair: dict[str, list[float]] = {n: [] for n in variants}
     added: dict[str, list[float]] = {n: [] for n in variants}
+    cpu_med: dict[str, list[float]] = {n: [] for n in variants}
+    cpu_pair: dict[str, list[float]] = {n: [] for n in variants}
     for r in range(repeats):
-        times = _time_repeat(r, steps, warmup, variants)
+        times, cpus = _time_repeat(r, steps, warmup, variants)
         base = times[ref]
         for name in variants:
+            cpu_med[name].append(statistics.median(cpus[name]))
+            cpu_pair[name].append(
+                statistics.median(a / b for a, b in zip(cpus[name], cpus[ref], strict=True))
+            )
             med[name].append(statistics.median(times[name]))
             ratio[name].append(med[name][-1] / med[ref][-1])
             pair[name].append(
@@ -109,13 +122,15 @@ def part_time(
             added[name].append(med[name][-1] - med[ref][-1])
         c.log(
             f"  repeat {r + 1}/{repeats}: "
-            + ", ".join(f"{n} {med[n][-1]:.2f} ms" for n in variants)
+            + ", ".join(f"{n} {med[n][-1]:.2f} ms (CPU {cpu_med[n][-1]:.2f})" for n in variants)
         )
     return {
         "ms_per_effect": {n: c.spread(med[n]) for n in variants},
         "ratio_vs_baseline": {n: c.spread(ratio[n]) for n in variants},
         "pair_ratio_vs_baseline": {n: c.spread(pair[n]) for n in variants},
         "added_ms_vs_baseline": {n: c.spread(added[n]) for n in variants},
+        "cpu_ms_per_effect": {n: c.spread(cpu_med[n]) for n in variants},
+        "cpu_pair_ratio_vs_baseline": {n: c.spread(cpu_pair[n]) for n in variants},
     }
 
 

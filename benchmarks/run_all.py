@@ -107,11 +107,24 @@ def _target_time_commits(se: dict[str, Any]) -> list[str]:
     r = se["results"]
     ratio = r["ratio_vs_baseline"]["effectgate"]
     eg, base = r["commits_per_effect"]["effectgate"], r["commits_per_effect"]["baseline"]
+    cpu = (r.get("cpu_pair_ratio_vs_baseline") or {}).get("effectgate")
+    cpu_ms = r.get("cpu_ms_per_effect") or {}
+    cpu_rows = []
+    if cpu:
+        cpu_rows.append(
+            _row(
+                "CPU time (this process, all threads) per approved side effect / baseline "
+                "(SQLite, sync; median of paired step ratios)",
+                "<= 0.80x", f"{_f(cpu, 'x')}; {_f(cpu_ms.get('effectgate'), ' ms')}",
+                _verdict(cpu["median"], 0.80), _f(cpu_ms.get("baseline"), " ms"),
+            )
+        )  # fmt: skip
     return [
         _row(
-            "time per approved side effect / baseline (SQLite, sync)", "<= 1.00x", _f(ratio, "x"),
-            _verdict(ratio["median"], 1.00), "1.00x",
+            "time per approved side effect / baseline (SQLite, sync)", "<= 0.90x", _f(ratio, "x"),
+            _verdict(ratio["median"], 0.90), "1.00x",
         ),
+        *cpu_rows,
         _row(
             "durable (fsync'd) commits per side effect", "<= 8",
             f"{eg['durable']:g} ({eg['all']:g} commits in all)", _verdict(eg["durable"], 8),
@@ -151,9 +164,9 @@ def _target_postgres(doc: dict[str, Any]) -> list[str]:
         _row(
             "time per approved side effect / LangGraph + PostgresSaver (one worker; "
             f"bench_postgres.py, {when}, load {doc['machine'].get('load_avg_1m')})",
-            "<= 1.10x",
+            "<= 1.00x",
             text,
-            _verdict(ratio["median"], 1.10),
+            _verdict(ratio["median"], 1.00),
             "1.00x",
         ),
         *_target_postgres_scaling(doc),
@@ -197,13 +210,21 @@ def _target_postgres_scaling(doc: dict[str, Any]) -> list[str]:
 def _target_postgres_paired(doc: dict[str, Any]) -> list[str]:
     r = doc["results"]["ratio_effectgate_over_langgraph"]
     when = f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}"
+    load = doc["results"].get("load_1m_after", doc["machine"].get("load_avg_1m"))
+    where = (
+        f"one thread each, {doc['params']['pairs']} effects long, alternating in one process; "
+        f"bench_postgres.py --paired, {when}, load {load}"
+    )
     rows = [
         _row(
-            "time per approved side effect / LangGraph + PostgresSaver (one thread each, "
-            f"{doc['params']['pairs']} effects long, alternating in one process; bench_postgres.py "
-            f"--paired, {when}; CPU {_f(r['cpu'], 'x')})",
-            "<= 1.10x", _f(r["wall"], "x"), _verdict(r["wall"]["median"], 1.10), "1.00x",
-        )
+            f"time per approved side effect / LangGraph + PostgresSaver ({where})",
+            "<= 1.00x", _f(r["wall"], "x"), _verdict(r["wall"]["median"], 1.00), "1.00x",
+        ),
+        _row(
+            f"CPU time (this process) per approved side effect / LangGraph + PostgresSaver "
+            f"({where}; median of paired ratios)",
+            "<= 0.80x", _f(r["cpu"], "x"), _verdict(r["cpu"]["median"], 0.80), "1.00x",
+        ),
     ]  # fmt: skip
     floor = doc["results"].get("ratio_floor_over_langgraph")
     if floor:
@@ -216,6 +237,31 @@ def _target_postgres_paired(doc: dict[str, Any]) -> list[str]:
             )
         )  # fmt: skip
     return rows
+
+
+ROUND_TRIP_FLOOR = 3
+"""Round trips one approved side effect cannot do without on PostgreSQL (``ProtocolFloor``)."""
+
+
+def _target_postgres_roundtrips(doc: dict[str, Any]) -> list[str]:
+    """PostgreSQL round trips per side effect against the protocol's floor (3), bound 2x it."""
+    r = doc["results"]
+    eg, lg = r.get("effectgate_pg"), r.get("langgraph_pg")
+    if not eg:
+        return []
+    when = f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}"
+    n = eg["round_trips_per_effect"]
+    return [
+        _row(
+            f"PostgreSQL round trips per approved side effect (bench_postgres.py --count, {when}; "
+            f"{eg['statements_per_effect']:g} statements); the floor is {ROUND_TRIP_FLOOR} "
+            "(review + claim + result, one round trip each)",
+            f"<= {2 * ROUND_TRIP_FLOOR} (2x the floor)",
+            f"{n:g} ({n / ROUND_TRIP_FLOOR:.2f}x the floor)",
+            _verdict(n, 2 * ROUND_TRIP_FLOOR),
+            "-" if not lg else f"{lg['round_trips_per_effect']:g} (LangGraph + PostgresSaver)",
+        )
+    ]
 
 
 def _target_restart(doc: dict[str, Any]) -> list[str]:
@@ -361,6 +407,7 @@ def _targets(docs: dict[str, Any]) -> list[str]:
         ("postgres", _target_postgres),
         ("postgres_paired", _target_postgres_paired),
         ("postgres_paired_long", _target_postgres_paired),
+        ("postgres_roundtrips", _target_postgres_roundtrips),
         ("resume", _target_open_resume),
         ("restart", _target_restart),
         ("storage", _target_storage),
@@ -585,7 +632,7 @@ def _checks(docs: dict[str, Any]) -> list[str]:
 def render(results: Path, meta: dict[str, Any]) -> str:
     """The Markdown summary of whatever results/*.json exist."""
     names = [b for b in BENCHES if b != "ledger"]
-    extra = ["ledger", "postgres_paired", "postgres_paired_long"]
+    extra = ["ledger", "postgres_paired", "postgres_paired_long", "postgres_roundtrips"]
     docs: dict[str, Any] = {n: _load(results, n) for n in [*names, *extra]}
     sections = [
         ("Targets", _targets(docs)),

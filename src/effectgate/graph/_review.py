@@ -717,11 +717,35 @@ def _resume_writes(config: RunnableConfig) -> list[tuple[str, str, Any]]:
     return list(found.pending_writes or []) if found else []
 
 
+class ResumeReading:
+    """The pending writes of the checkpoint one run of a node resumes from, read at most once.
+
+    The review node asks three questions of those writes in one run (is the
+    resume map known, did the client ask to end, what was shown); each used
+    to load the checkpoint afresh (``get_tuple``: a read and a deserialize).
+    The writes they look at (the interrupts recorded by earlier runs, the
+    client's resume writes) were all on the checkpoint before this run
+    began, so one reading answers all three.
+    """
+
+    __slots__ = ("_config", "_writes")
+
+    def __init__(self, config: RunnableConfig) -> None:
+        self._config = config
+        self._writes: list[tuple[str, str, Any]] | None = None
+
+    def __call__(self) -> list[tuple[str, str, Any]]:
+        """The writes, loaded on the first call."""
+        if self._writes is None:
+            self._writes = _resume_writes(self._config)
+        return self._writes
+
+
 GOTO_END = f"branch:to:{END}"
 """The channel ``Command(goto="__end__")`` writes to (LangGraph's ``map_command``)."""
 
 
-def goto_end_asked(config: RunnableConfig) -> bool:
+def goto_end_asked(config: RunnableConfig, reading: ResumeReading | None = None) -> bool:
     """Whether the client answered this review with ``Command(goto="__end__")``.
 
     "Mark as resolved" in LangGraph Studio and Agent Inbox sends it. LangGraph
@@ -730,13 +754,14 @@ def goto_end_asked(config: RunnableConfig) -> bool:
     the client was told it succeeded. The write is still saved on the
     checkpoint the review resumes from, as a pending write of no task; the
     review node reads it there and answers the review as resolved.
+
+    ``reading``: the run's ``ResumeReading`` when the caller has one.
     """
-    return any(
-        task == NULL_TASK_ID and channel == GOTO_END for task, channel, _ in _resume_writes(config)
-    )
+    writes = (reading or ResumeReading(config))()
+    return any(task == NULL_TASK_ID and channel == GOTO_END for task, channel, _ in writes)
 
 
-def refuse_unknown_resume(config: RunnableConfig) -> None:
+def refuse_unknown_resume(config: RunnableConfig, reading: ResumeReading | None = None) -> None:
     """Refuse a resume map that names no interrupt of this thread (``answers.check_resume_ids``).
 
     A LangGraph client (``langgraph_sdk`` against ``langgraph dev``, Studio)
@@ -763,6 +788,8 @@ def refuse_unknown_resume(config: RunnableConfig) -> None:
 
     Args:
         config: the node's run config.
+        reading: the run's ``ResumeReading``, shared with the node's other
+            questions to the same checkpoint (default: a reading of its own).
 
     Raises:
         UnknownInterruptError: the map is empty or names an id that is not
@@ -775,7 +802,7 @@ def refuse_unknown_resume(config: RunnableConfig) -> None:
     pad = conf.get(CONFIG_KEY_SCRATCHPAD)
     if task_id is None or (named is None and pad is None):
         return
-    statuses = read_task_statuses(_resume_writes(config))
+    statuses = read_task_statuses((reading or ResumeReading(config))())
     if task_id not in statuses or not statuses[task_id].interrupts:
         return  # this task is not the one resumed (a later step of the same run)
     pending = {i.id: i.value for status in statuses.values() for i in status.pending_interrupts}
@@ -837,7 +864,7 @@ def refuse_resume_before_run(
         check_resume_ids(list(resume), known=known, pending=pending)
 
 
-def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:
+def _shown_review(config: RunnableConfig, reading: ResumeReading) -> Mapping[str, Any] | None:
     """The review request this run of the node was shown under, read from its checkpoint.
 
     LangGraph keeps an interrupt's value as a pending write of its task on the
@@ -849,7 +876,7 @@ def _shown_review(config: RunnableConfig) -> Mapping[str, Any] | None:
     if task_id is None:
         return None
     shown = None
-    for write_task, channel, value in _resume_writes(config):
+    for write_task, channel, value in reading():
         if write_task != task_id or channel != INTERRUPT:
             continue
         for item in value if isinstance(value, list) else [value]:
@@ -881,7 +908,8 @@ def make_review_node(
     """
 
     def review(state: AgentState, config: RunnableConfig) -> Command[Any]:
-        refuse_unknown_resume(config)
+        reading = ResumeReading(config)
+        refuse_unknown_resume(config, reading)
         thread_id = str(config["configurable"]["thread_id"])
         calls = pending_calls(state["messages"])
         # Reads and malformed calls were answered before the review; a call
@@ -917,7 +945,7 @@ def make_review_node(
             asked = askable
         decided: list[_Decided] = []
         reviewer = None
-        resolved = bool(asked) and goto_end_asked(config)
+        resolved = bool(asked) and goto_end_asked(config, reading)
         if resolved:
             # "Mark as resolved": every call of the review is closed as a
             # reviewer's reject (recorded in the ledger), and the thread ends.
@@ -940,7 +968,7 @@ def make_review_node(
                 review_configs=[p.config for p in asked],
             )
             answer = interrupt(request)
-            shown = _shown_review(config)
+            shown = _shown_review(config, reading)
             if shown is not None:  # a raw client's answer: bound to the flags it was shown
                 answer = bind_shown_flags(shown, answer)
             asked = _as_shown(askable, answer, asked)
