@@ -87,8 +87,9 @@ campaign: $(VENV)/.installed-bench $(VENV)/.installed-postgres
 # 4 `effectgate worker` processes and a reviewer on a private PostgreSQL cluster
 # (initdb/pg_ctl of the installed PostgreSQL, one per trial running at once) behind a
 # TCP proxy: SIGKILLs, pg_terminate_backend, fast and immediate restarts, dropped
-# connections and SIGSTOP past the lease, at random moments and at every seam (about
-# 3 hours for 1,000 trials with --jobs 2 on 2 busy cores; the suite runs 3 trials).
+# connections and SIGSTOP past the lease, at random moments and at every seam (6.5 s a
+# trial with --jobs 2 at rest, measured on 16 trials: about 1.8 hours for 1,000, more
+# under load; the suite runs 3 trials).
 campaign-pg-faults: $(VENV)/.installed-bench $(VENV)/.installed-postgres
 	$(BIN)/python benchmarks/campaign.py --trials 1000 --systems effectgate-pg-faults \
 		--jobs 2 --out benchmarks/results/campaign_pg_faults.json
