@@ -249,7 +249,10 @@ def _target_postgres_roundtrips(doc: dict[str, Any]) -> list[str]:
     eg, lg = r.get("effectgate_pg"), r.get("langgraph_pg")
     if not eg:
         return []
-    when = f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}"
+    when = (
+        f"{doc.get('when', '?')[:10]}, commit {doc['machine'].get('commit')}, "
+        f"load {doc['machine'].get('load_avg_1m')}"
+    )
     n = eg["round_trips_per_effect"]
     return [
         _row(
@@ -676,7 +679,8 @@ def _head(meta: dict[str, Any]) -> list[str]:
         "benchmarks/README.md explains the method and the diagnosis.",
         *(
             f"Rerun since, alone: {', '.join(r['only'])} (commit {r['machine']['commit']}, "
-            f"{r['seconds']} s); a row naming a date and commit is from that run."
+            f"{r['seconds']} s, load average {r['machine'].get('load_avg_1m')} at its end); "
+            "a row naming a date and commit is from that run."
             for r in meta.get("partial_runs", [])
         ),
     ]
