@@ -68,6 +68,7 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from effectgate import _failpoints as failpoints
 from effectgate._clock import Clock, to_seconds
 from effectgate.errors import (
     ConfigError,
@@ -1380,7 +1381,8 @@ class _Schema:
         again (a worker starting at the same moment may have migrated
         meanwhile); each version's statements and its ``ledger_schema_version``
         row then commit together with the others, or not at all: a process
-        killed at any moment in between leaves the schema at the version it had.
+        killed at any moment in between (the ``MID_MIGRATION`` seam, passed
+        after each version) leaves the schema at the version it had.
         """
         conn.execute(SQL_BEGIN_WRITE)
         try:
@@ -1394,6 +1396,7 @@ class _Schema:
                 for statement in PG_MIGRATIONS[target]:
                     conn.execute(statement)
                 conn.execute(SQL_RECORD_VERSION, (target, now_ms))
+                failpoints.hit(failpoints.Failpoint.MID_MIGRATION)
             conn.execute("COMMIT")
             return max(version, to_version)
         finally:
