@@ -48,6 +48,12 @@ class Failpoint(enum.StrEnum):
     """The ledger holds the result; the checkpoint with the ToolMessage does not."""
     MID_SUPERSTEP = "MID_SUPERSTEP"
     """One of several parallel effect nodes finished; its siblings may not have."""
+    MID_MIGRATION = "MID_MIGRATION"
+    """A PostgreSQL ledger migration ran one version's statements; its transaction is open.
+
+    Passed once per version migrated (``#n``: after the n-th), at start-up,
+    before any effect: a kill here must leave the schema at its old version.
+    """
 
 
 _counts: dict[str, int] = {}

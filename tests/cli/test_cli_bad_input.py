@@ -155,6 +155,7 @@ def test_failpoints_lists_every_seam_one_per_line() -> None:
         "AFTER_EXTERNAL_COMMIT",
         "AFTER_LEDGER_RESULT",
         "MID_SUPERSTEP",
+        "MID_MIGRATION",
     ]
 
 

@@ -41,7 +41,9 @@ def test_demo_approve_all_json_from_fresh_state_dir(finished_demo: tuple[Path, R
 
 
 @pytest.mark.crash
-@pytest.mark.parametrize("seam", list(Failpoint))
+# MID_MIGRATION is a PostgreSQL start-up seam: the demo (SQLite) never passes it
+# (tests/postgres/test_rolling_upgrade.py kills a start-up there)
+@pytest.mark.parametrize("seam", [fp for fp in Failpoint if fp is not Failpoint.MID_MIGRATION])
 def test_kill_at_seam_then_resume_repeats_nothing(tmp_path: Path, seam: Failpoint) -> None:
     """Killed at SEAM (exit 137), ``resume`` finishes: still one ticket, one mail, one note."""
     state = tmp_path / "state"

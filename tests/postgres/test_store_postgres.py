@@ -12,7 +12,12 @@ import pytest
 
 from effectgate import errors
 from effectgate.ledger import EventKind, PostgresLedger, PostgresLedgerStore
-from effectgate.ledger._postgres import DatabaseClock, same_database, without_password
+from effectgate.ledger._postgres import (
+    DatabaseClock,
+    migrate_postgres_ledger,
+    same_database,
+    without_password,
+)
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS
 from effectgate.ledger._store import NewEvent, WriteOnce
 from effectgate.testing import FakeClock
@@ -148,6 +153,32 @@ def test_a_version_1_schema_is_migrated_and_keeps_its_rows(postgres_url: str) ->
     with psycopg.connect(postgres_url) as conn:
         (top,) = conn.execute("SELECT MAX(version) FROM ledger_schema_version").fetchone() or (0,)
     assert top == PG_LATEST_VERSION
+
+
+def test_migrations_can_stop_at_an_older_version_and_the_store_takes_them_further(
+    postgres_url: str,
+) -> None:
+    """``migrate_postgres_ledger`` runs the real migrations up to a version, recording each once."""
+
+    def versions() -> list[int]:
+        with psycopg.connect(postgres_url) as conn:
+            return [
+                r[0] for r in conn.execute("SELECT version FROM ledger_schema_version ORDER BY 1")
+            ]
+
+    with pytest.raises(ValueError, match="to_version"):
+        migrate_postgres_ledger(postgres_url, to_version=PG_LATEST_VERSION + 1)
+    assert migrate_postgres_ledger(postgres_url, to_version=1) == 1
+    assert versions() == [1]
+    assert migrate_postgres_ledger(postgres_url, to_version=PG_LATEST_VERSION - 1) == (
+        PG_LATEST_VERSION - 1
+    )
+    assert migrate_postgres_ledger(postgres_url, to_version=1) == PG_LATEST_VERSION - 1  # no-op
+    assert versions() == list(range(1, PG_LATEST_VERSION))
+    with pytest.raises(errors.SchemaVersionError):
+        PostgresLedgerStore(postgres_url, migrate=False)  # older than this build
+    PostgresLedgerStore(postgres_url).close()
+    assert versions() == list(range(1, PG_LATEST_VERSION + 1))
 
 
 def test_rows_are_deleted_only_behind_a_tombstone(postgres_url: str) -> None:

@@ -19,6 +19,7 @@ TOOLS = ["create_ticket", "send_email", "write_file"]
         "AFTER_LEDGER_RESULT@write_file#2",
         "AFTER_REVIEW_RECORDED#3",
         "MID_SUPERSTEP",
+        "MID_MIGRATION#1",
     ],
 )
 def test_valid_settings_pass(spec: str) -> None:

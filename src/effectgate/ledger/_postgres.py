@@ -74,6 +74,7 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from effectgate import _failpoints as failpoints
 from effectgate._clock import Clock, to_seconds
 from effectgate.errors import (
     ConfigError,
@@ -120,6 +121,7 @@ __all__ = [
     "check_connection",
     "is_postgres_url",
     "is_transient",
+    "migrate_postgres_ledger",
     "parse_dsn",
     "redacted",
     "retry_transient",
@@ -872,6 +874,138 @@ class DatabaseClock:
             time.sleep(seconds)
 
 
+def _tx_settings(*, durable: bool, busy_s: float, schema: str | None) -> _Step:
+    """The first statement of a write transaction: its id and its local settings."""
+    params = ("on" if durable else "off", str(int(busy_s * 1000)), schema)
+    return _Step(PG_TX_ID, params, compare=False)
+
+
+class _Schema:
+    """The ledger's tables in one PostgreSQL schema: their version, the checks, the migrations.
+
+    The one home of reading the recorded version and running
+    ``PG_MIGRATIONS``: ``PostgresLedgerStore`` opens through it (always up
+    to ``PG_LATEST_VERSION``), and so does ``migrate_postgres_ledger``, which
+    may stop at an older version.
+    """
+
+    def __init__(self, where: str, schema: str | None, settings: _Step) -> None:
+        self._where = where
+        self._schema = schema
+        self._settings = settings
+
+    def prepare(
+        self, conn: psycopg.Connection[Any], *, migrate: bool, to_version: int = PG_LATEST_VERSION
+    ) -> int:
+        """Check the schema, then migrate it up to ``to_version``; return the version it is at."""
+        conn.execute(PG_BEGIN_READ)
+        try:
+            if self._schema is not None:
+                conn.execute(PG_TX_PATH, (self._schema,))
+            version = self.inspect(conn)
+        finally:
+            conn.execute("ROLLBACK")
+        self.check(version, migrate=migrate)
+        if version < to_version:
+            return self.migrate(conn, to_version=to_version)
+        return version
+
+    def inspect(self, conn: psycopg.Connection[Any]) -> int:
+        """Return the ledger schema version in the current schema; 0 for no ledger.
+
+        Raises:
+            ConfigError: no schema of ``search_path`` exists (PostgreSQL would
+                refuse every ``CREATE TABLE`` with "no schema has been selected"),
+                or ``ledger_*`` tables are there without a version table (not ours).
+        """
+        ((current,),) = conn.execute(PG_CURRENT_SCHEMA).fetchall()
+        if current is None:
+            ((path,),) = conn.execute(PG_SHOW_SEARCH_PATH).fetchall()
+            raise ConfigError(
+                f"{self._where}: no schema of search_path ({path}) exists: create it "
+                "(CREATE SCHEMA) or name an existing one"
+            )
+        ((has_version,),) = conn.execute(PG_HAS_TABLE, (VERSION_TABLE,)).fetchall()
+        if has_version:
+            ((version,),) = conn.execute(POSTGRES.schema_version).fetchall()
+            return int(version or 0)
+        ((tables,),) = conn.execute(PG_COUNT_LEDGER_TABLES, ("ledger\\_%",)).fetchall()
+        if tables:
+            raise ConfigError(
+                f"{self._where}: ledger_* tables without a {VERSION_TABLE} table; "
+                "this schema was not made by effectgate: use another schema (search_path)"
+            )
+        return 0
+
+    def check(self, version: int, *, migrate: bool) -> None:
+        """Refuse a version newer than this build, or an older one when not migrating."""
+        if version > PG_LATEST_VERSION or (version < PG_LATEST_VERSION and not migrate):
+            raise SchemaVersionError(found=version, expected=PG_LATEST_VERSION, path=self._where)
+
+    def migrate(self, conn: psycopg.Connection[Any], *, to_version: int) -> int:
+        """Run the pending versions up to ``to_version`` in one transaction; return the version.
+
+        Under the transaction-scoped migration lock, the version is read
+        again (a worker starting at the same moment may have migrated
+        meanwhile); each version's statements and its ``ledger_schema_version``
+        row then commit together with the others, or not at all: a process
+        killed at any moment in between (the ``MID_MIGRATION`` seam, passed
+        after each version) leaves the schema at the version it had.
+        """
+        conn.execute(PG_BEGIN_WRITE)
+        try:
+            conn.execute(self._settings.query, self._settings.params)
+            conn.execute(PG_MIGRATION_LOCK)
+            # Re-read under the lock: another worker may have migrated meanwhile.
+            version = self.inspect(conn)
+            self.check(version, migrate=True)
+            now_ms = time.time_ns() // 1_000_000
+            for target in range(version + 1, to_version + 1):
+                for statement in PG_MIGRATIONS[target]:
+                    conn.execute(statement)
+                conn.execute(POSTGRES.record_version, (target, now_ms))
+                failpoints.hit(failpoints.Failpoint.MID_MIGRATION)
+            conn.execute("COMMIT")
+            return max(version, to_version)
+        finally:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+
+
+def migrate_postgres_ledger(dsn: str, *, to_version: int, schema: str | None = None) -> int:
+    """Bring the ledger's tables at ``dsn`` up to ``to_version``, and no further.
+
+    ``PostgresLedgerStore`` always migrates to ``PG_LATEST_VERSION`` when it
+    opens; this runs the same migrations by the same path (one transaction
+    under the migration lock, each version recorded once) but stops at an
+    older version: how a test builds the schema an older release left, to
+    upgrade it with a live older worker on it (tests/postgres/test_rolling_upgrade.py).
+    A schema already at or past ``to_version`` is left as it is.
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URL.
+        to_version: the version to stop at, 1 to ``PG_LATEST_VERSION``.
+        schema: the PostgreSQL schema of the tables (it must exist); ``None``:
+            the connection's current schema.
+
+    Returns:
+        The version the schema is at afterwards.
+
+    Raises:
+        ValueError: ``to_version`` is not a version of this build.
+        ConfigError, SchemaVersionError: as ``PostgresLedgerStore``.
+    """
+    if not 1 <= to_version <= PG_LATEST_VERSION:
+        raise ValueError(f"to_version must be 1 to {PG_LATEST_VERSION}, not {to_version}")
+    where = redacted(dsn) + (f" schema {schema}" if schema else "")
+    settings = _tx_settings(durable=True, busy_s=30.0, schema=schema)
+    with (
+        _translated(where, opened=False),
+        psycopg.connect(dsn, autocommit=True, connect_timeout=10, prepare_threshold=None) as conn,
+    ):
+        return _Schema(where, schema, settings).prepare(conn, migrate=True, to_version=to_version)
+
+
 class PostgresLedgerStore:
     """The ledger's tables in a PostgreSQL schema, shared by any number of workers.
 
@@ -999,70 +1133,10 @@ class PostgresLedgerStore:
             self._prepare(conn, migrate=migrate)
 
     def _settings(self, *, durable: bool = True) -> _Step:
-        """The first statement of a write transaction: its id and its local settings."""
-        params = ("on" if durable else "off", str(int(self._busy_s * 1000)), self.schema)
-        return _Step(PG_TX_ID, params, compare=False)
+        return _tx_settings(durable=durable, busy_s=self._busy_s, schema=self.schema)
 
     def _prepare(self, conn: psycopg.Connection[Any], *, migrate: bool) -> None:
-        conn.execute(PG_BEGIN_READ)
-        try:
-            if self.schema is not None:
-                conn.execute(PG_TX_PATH, (self.schema,))
-            version = self._inspect(conn)
-        finally:
-            conn.execute("ROLLBACK")
-        self._check_version(version, migrate=migrate)
-        if version < PG_LATEST_VERSION:
-            self._migrate(conn)
-
-    def _inspect(self, conn: psycopg.Connection[Any]) -> int:
-        """Return the ledger schema version in the current schema; 0 for no ledger.
-
-        Raises:
-            ConfigError: no schema of ``search_path`` exists (PostgreSQL would
-                refuse every ``CREATE TABLE`` with "no schema has been selected").
-        """
-        ((current,),) = conn.execute(PG_CURRENT_SCHEMA).fetchall()
-        if current is None:
-            ((path,),) = conn.execute(PG_SHOW_SEARCH_PATH).fetchall()
-            raise ConfigError(
-                f"{self._where}: no schema of search_path ({path}) exists: create it "
-                "(CREATE SCHEMA) or name an existing one"
-            )
-        ((has_version,),) = conn.execute(PG_HAS_TABLE, (VERSION_TABLE,)).fetchall()
-        if has_version:
-            ((version,),) = conn.execute(POSTGRES.schema_version).fetchall()
-            return int(version or 0)
-        ((tables,),) = conn.execute(PG_COUNT_LEDGER_TABLES, ("ledger\\_%",)).fetchall()
-        if tables:
-            raise ConfigError(
-                f"{self._where}: ledger_* tables without a {VERSION_TABLE} table; "
-                "this schema was not made by effectgate: use another schema (search_path)"
-            )
-        return 0
-
-    def _check_version(self, version: int, *, migrate: bool) -> None:
-        if version > PG_LATEST_VERSION or (version < PG_LATEST_VERSION and not migrate):
-            raise SchemaVersionError(found=version, expected=PG_LATEST_VERSION, path=self._where)
-
-    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute(PG_BEGIN_WRITE)
-        try:
-            step = self._settings()
-            conn.execute(step.query, step.params)
-            conn.execute(PG_MIGRATION_LOCK)
-            # Re-read under the lock: another worker may have migrated meanwhile.
-            version = self._inspect(conn)
-            self._check_version(version, migrate=True)
-            now_ms = time.time_ns() // 1_000_000
-            for target in range(version + 1, PG_LATEST_VERSION + 1):
-                for statement in PG_MIGRATIONS[target]:
-                    conn.execute(statement)
-                conn.execute(POSTGRES.record_version, (target, now_ms))
-            conn.execute("COMMIT")
-        finally:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
+        _Schema(self._where, self.schema, self._settings()).prepare(conn, migrate=migrate)
 
     def _live(self) -> ConnectionPool[psycopg.Connection[Any]]:
         if self._closed:
