@@ -7,12 +7,17 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from effectgate import StateDir
+from effectgate.demo.services import DemoServices
 from effectgate.graph import history_problems
+from effectgate.ledger import SqliteLedger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,3 +91,28 @@ def all_checkpoint_problems(checkpoints: Path, thread_id: str) -> list[str]:
         return out
     finally:
         conn.close()
+
+
+@pytest.fixture
+def agent(services: DemoServices, state_dir: StateDir) -> Iterator[tuple[Any, SqliteLedger]]:
+    """``create_agent`` with effectgate's middleware on the demo tools: ``(graph, ledger)``.
+
+    The scripted incident model, a ``SqliteSaver`` on the state directory's
+    checkpoints and a ``SqliteLedger`` on its ledger; both closed after.
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from effectgate import default_tools
+    from effectgate.models import make_model
+    from tests.byo._agents import middleware_agent
+
+    conn = sqlite3.connect(state_dir.checkpoints, check_same_thread=False)
+    with SqliteLedger(state_dir.ledger) as ledger:
+        graph = middleware_agent(
+            make_model("scripted:incident"),
+            default_tools(state_dir.workspace, services.endpoints),
+            ledger=ledger,
+            checkpointer=SqliteSaver(conn),
+        )
+        yield graph, ledger
+    conn.close()

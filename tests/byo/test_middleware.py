@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from effectgate import StateDir, default_tools
@@ -24,20 +21,6 @@ pytest.importorskip("langchain.agents")
 
 CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 HITL_DECISIONS = {"approve", "edit", "reject", "respond"}
-
-
-@pytest.fixture
-def agent(services: DemoServices, state_dir: StateDir) -> Iterator[tuple[Any, SqliteLedger]]:
-    conn = sqlite3.connect(state_dir.checkpoints, check_same_thread=False)
-    with SqliteLedger(state_dir.ledger) as ledger:
-        graph = middleware_agent(
-            make_model("scripted:incident"),
-            default_tools(state_dir.workspace, services.endpoints),
-            ledger=ledger,
-            checkpointer=SqliteSaver(conn),
-        )
-        yield graph, ledger
-    conn.close()
 
 
 def start(graph: Any) -> Any:

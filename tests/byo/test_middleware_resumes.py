@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from effectgate import StateDir, default_tools
@@ -45,20 +43,6 @@ CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 RANDOM = "0123456789abcdef0123456789abcdef"
 """Shaped like an interrupt id (32 hex digits), so LangGraph reads the resume as a map."""
 APPROVE = {"decisions": [{"type": "approve"}]}
-
-
-@pytest.fixture
-def agent(services: DemoServices, state_dir: StateDir) -> Iterator[tuple[Any, SqliteLedger]]:
-    conn = sqlite3.connect(state_dir.checkpoints, check_same_thread=False)
-    with SqliteLedger(state_dir.ledger) as ledger:
-        graph = middleware_agent(
-            make_model("scripted:incident"),
-            default_tools(state_dir.workspace, services.endpoints),
-            ledger=ledger,
-            checkpointer=SqliteSaver(conn),
-        )
-        yield graph, ledger
-    conn.close()
 
 
 def _finish(graph: Any) -> str:
