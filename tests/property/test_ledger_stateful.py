@@ -7,6 +7,7 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import event, settings
@@ -183,6 +184,17 @@ class LedgerMachine(RuleBasedStateMachine):
         def call() -> object:
             return self.ledger.record_result(op_id, attempt=attempt, state=outcome, receipt=receipt)
 
+        if (
+            m is not None
+            and not stale
+            and current is not None
+            and _same_record(current, outcome, attempt, receipt)
+        ):
+            # The attempt's own result again (its first commit's ack lost):
+            # the recorded operation comes back, nothing changes.
+            assert call() == current
+            event(f"recorded {outcome} again")
+            return
         if m is None or m.state is not S.IN_FLIGHT or stale:
             self._expect_lost(op_id, call)
             return
@@ -311,3 +323,13 @@ def test_ledger_stateful_on_postgres(postgres_database: str) -> None:
     """
     PostgresLedgerMachine.dsn = postgres_database
     run_state_machine_as_test(PostgresLedgerMachine, settings=settings(CI, max_examples=20))
+
+
+def _same_record(current: Any, outcome: OpState, attempt: int, receipt: Any) -> bool:
+    """Whether ``record_result(attempt, outcome, receipt)`` repeats what ``current`` holds."""
+    if current.state is not outcome or current.attempt != attempt or current.error is not None:
+        return False
+    if receipt is None or current.receipt is None:
+        return receipt is None and current.receipt is None
+    fields = ("operation_id", "intent_hash", "attempt", "source", "reference", "result")
+    return all(getattr(receipt, f) == getattr(current.receipt, f) for f in fields)
