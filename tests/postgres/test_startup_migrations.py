@@ -95,8 +95,34 @@ def test_a_start_up_killed_mid_migration_leaves_no_invalid_index(
 def test_workers_starting_together_on_an_empty_schema_migrate_once(
     tmp_path: Path, postgres_url: str
 ) -> None:
+    """Four start-ups queue on the migration locks together, then each migrates at most once.
+
+    The test holds both migration locks (the ledger's and the checkpoint
+    tables') in one open transaction until all four start-ups wait on an
+    advisory lock, so their migrations really overlap: each one read the
+    schema as empty before the lock, and must read it again under the lock.
+    """
+    from effectgate.graph._pg_saver import _SETUP_LOCK
+    from effectgate.ledger._sql import PG_MIGRATION_LOCK
+
     sd = StateDir.open(tmp_path / "state", store=postgres_url)
-    procs = [start(*UP, "--state-dir", str(sd.root)) for _ in range(4)]
+    with psycopg.connect(postgres_url) as holder, psycopg.connect(postgres_url) as watch:
+        holder.execute(PG_MIGRATION_LOCK)
+        holder.execute(_SETUP_LOCK)
+        procs = [start(*UP, "--state-dir", str(sd.root)) for _ in range(4)]
+        deadline = time.monotonic() + 60
+        waiting = 0
+        while waiting < 4:
+            assert time.monotonic() < deadline, f"only {waiting} start-ups reached the lock"
+            for p in procs:
+                assert p.poll() is None, finish(p)
+            watch.rollback()
+            ((waiting,),) = watch.execute(
+                "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchall()
+            time.sleep(0.05)
+        holder.commit()  # all four go on together
     ran = [finish(p, timeout=120) for p in procs]
     assert [r.code for r in ran] == [0] * 4, [r.stderr for r in ran]
     assert _invalid(postgres_url) == []
