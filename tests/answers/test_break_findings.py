@@ -1,0 +1,49 @@
+"""Findings of a break test of answer refusals (CLI ``resume --decisions``, ``Agent.resume``).
+
+Each refusal says what is true: it names what waits, a file the graph would
+refuse is refused before anything runs (the pending interrupt keeps its id),
+and one rule has one wording whichever path it is reached by.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from effectgate import StateDir
+from tests.cli.conftest import eg
+
+ROOT = Path(__file__).resolve().parents[2]
+TWICE = "tests.answers._parking_agent:build_twice"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_refused_verdict_names_the_review_that_waits(state_dir: StateDir, tmp_path: Path) -> None:
+    """Finding 1: the refusal of a contradicting verdict names the later review, not "nothing"."""
+    sd = ["--state-dir", str(state_dir.root)]
+    parked = eg("run", "ring", "--thread", "t", "--agent", TWICE, "--approve", "all", *sd,
+                cwd=ROOT)  # fmt: skip
+    assert parked.code == 3, (parked.stdout, parked.stderr)
+    ((op_id, _),) = [
+        line.rsplit(":", 1) for line in (state_dir.workspace / "rings.txt").read_text().splitlines()
+    ]
+    good = tmp_path / "v.json"
+    good.write_text(json.dumps({"verdicts": {op_id: {"verdict": "succeeded", "reference": "B-1"}}}))
+    waits = eg("resume", "--thread", "t", "--decisions", str(good), *sd, cwd=ROOT)
+    assert waits.code == 4, (waits.stdout, waits.stderr)  # the second ring's review waits
+    (item,) = eg("pending", *sd, "--json").json["threads"][0]["interrupts"]
+    assert item["kind"] == "review"
+    bad = tmp_path / "w.json"
+    bad.write_text(json.dumps({"verdicts": {op_id: {"verdict": "failed"}}}))
+    refused = eg("resume", "--thread", "t", "--decisions", str(bad), *sd, cwd=ROOT)
+    text = _one_line(refused.stderr)
+    assert refused.code == 2, (refused.stdout, refused.stderr)
+    assert "already decided: verdict succeeded" in text, text
+    assert f"pending: review {item['id']}" in text, text
+    assert "no review is pending" not in text, text
+    (still,) = eg("pending", *sd, "--json").json["threads"][0]["interrupts"]
+    assert still["id"] == item["id"]
+    assert (state_dir.workspace / "rings.txt").read_text().count("\n") == 1
