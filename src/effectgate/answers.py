@@ -83,6 +83,8 @@ __all__ = [
     "decision_allowed",
     "describe_pending",
     "edited_args",
+    "RESPOND_NEEDS",
+    "respond_text",
     "description_flags",
     "flag_text",
     "flags_of",
@@ -734,6 +736,31 @@ def edited_args(decision: Mapping[str, Any], subject: str) -> Mapping[str, Any]:
     return edited
 
 
+RESPOND_NEEDS = "needs a message: the answer for the model"
+"""The clause of the one respond rule's refusal (``respond_text``)."""
+
+
+def respond_text(decision: Mapping[str, Any], subject: str) -> str:
+    """The one respond rule: a ``respond`` carries the person's answer for the model.
+
+    Args:
+        decision: one decision of a review answer, of type ``respond``.
+        subject: what the refusal names, e.g. ``respond to call_1``.
+
+    Returns:
+        ``decision["message"]``, the text the model is given in the tool's place.
+
+    Raises:
+        DecisionError: ``message`` missing, not a string, or blank:
+            ``"<subject> needs a message: the answer for the model"``. Nothing
+            would run for the call, but the model would be told nothing.
+    """
+    message = decision.get("message")
+    if not isinstance(message, str) or not message.strip():
+        raise DecisionError(f"{subject} {RESPOND_NEEDS}")
+    return message
+
+
 def decision_allowed(kind: Any, allowed: Sequence[str]) -> bool:
     """Whether a decision type may answer a call whose review allows ``allowed``.
 
@@ -787,6 +814,8 @@ def check_review_answer(
                 )
         if kind == "edit":
             edited_args(decision, f"edit of {action['tool_call_id']}")
+        if kind == "respond":
+            respond_text(decision, f"respond to {action['tool_call_id']}")
 
 
 def _named_ids(answer: Mapping[str, Any]) -> list[tuple[str, str]] | None:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from effectgate import StateDir
+from tests.answers.test_binding import _write
 from tests.cli.conftest import eg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,3 +48,32 @@ def test_a_refused_verdict_names_the_review_that_waits(state_dir: StateDir, tmp_
     (still,) = eg("pending", *sd, "--json").json["threads"][0]["interrupts"]
     assert still["id"] == item["id"]
     assert (state_dir.workspace / "rings.txt").read_text().count("\n") == 1
+
+
+def test_a_respond_without_a_message_is_refused_up_front(tmp_path: Path) -> None:
+    """Finding 2: exit 2, one line, nothing written, the same interrupt id still pending."""
+    state = tmp_path / "state"
+    sd = ["--state-dir", str(state)]
+    script = tmp_path / "s.json"
+    script.write_text(
+        json.dumps(
+            {"name": "s", "final": "Done.",
+             "turns": [{"say": "w", "tool_calls": [_write("a.txt", "a\n")]}]}
+        )
+    )  # fmt: skip
+    assert eg("run", "write", "--model", f"scripted:{script}", *sd, "--thread", "t").code == 4
+    (item,) = eg("pending", *sd, "--json").json["threads"][0]["interrupts"]
+    before = (state / "ledger.db").read_bytes() if (state / "ledger.db").exists() else None
+    for decision in ({"type": "respond"}, {"type": "respond", "message": "  "}):
+        answer = tmp_path / "respond.json"
+        answer.write_text(json.dumps({"interrupt_id": item["id"], "decisions": [decision]}))
+        refused = eg("resume", *sd, "--thread", "t", "--decisions", str(answer))
+        assert refused.code == 2, (refused.stdout, refused.stderr)
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and "needs a message" in lines[0], refused.stderr
+        assert "decision 0" in lines[0], lines
+        (still,) = eg("pending", *sd, "--json").json["threads"][0]["interrupts"]
+        assert still["id"] == item["id"]
+    if before is not None:
+        assert (state / "ledger.db").read_bytes() == before
+    assert not (state / "workspace" / "a.txt").exists()

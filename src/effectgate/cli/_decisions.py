@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from effectgate._untrusted import parse_json, read_regular_file
-from effectgate.answers import OneAnswerEach, bind_decisions, edited_args, flag_text, flags_of
+from effectgate.answers import (
+    OneAnswerEach,
+    bind_decisions,
+    edited_args,
+    flag_text,
+    flags_of,
+    respond_text,
+)
 from effectgate.cli._render import dumps, terminal_safe
 from effectgate.errors import DecisionError
 
@@ -470,6 +477,8 @@ def _check_decision(decision: Any, where: str) -> None:
         edited_args(decision, f"{where}: edit")
     if "message" in decision and not isinstance(decision["message"], str):
         raise DecisionError(f"{where}: message must be a string")
+    if kind == "respond":
+        respond_text(decision, f"{where}: respond")
 
 
 def _check_verdicts(verdicts: Any, where: str) -> None:
