@@ -103,6 +103,8 @@ __all__ = [
     "settle_stale",
     "settle_verdict",
     "validate_verdict",
+    "decision_object",
+    "verdict_attempt_problem",
 ]
 
 DecisionKind = Literal["approve", "edit", "reject"]
@@ -671,6 +673,40 @@ def review_decisions(answer: Any) -> list[Any]:
     return list(answer["decisions"])
 
 
+def _json_kind(value: Any) -> str:
+    """The JSON name of a value's type (``null``, ``array``, ...), as a client wrote it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return type(value).__name__
+
+
+def decision_object(decision: Any, subject: str) -> Mapping[str, Any]:
+    """The one shape rule for a decision: each entry of ``decisions`` is an object.
+
+    Args:
+        decision: one entry of a review answer's ``decisions``.
+        subject: what the refusal names, e.g. ``decision 0 for write_file (call_1)``.
+
+    Returns:
+        ``decision``, a mapping.
+
+    Raises:
+        DecisionError: ``decision`` is not a mapping: ``"<subject>: must be an
+            object, got null"`` (its JSON type). Nothing is resumed.
+    """
+    if not isinstance(decision, Mapping):
+        raise DecisionError(f"{subject}: must be an object, got {_json_kind(decision)}")
+    return decision
+
+
 def check_decision_allowed(
     kind: Any, allowed: Sequence[str], *, tool: str, call_id: str, conflict: bool = False
 ) -> None:
@@ -796,15 +832,17 @@ def check_review_answer(
         problem = _order_problem(request, named, what)
         if problem is not None:
             raise DecisionError(problem)
-    for action, config, decision in zip(actions, configs, decisions, strict=True):
-        kind = decision.get("type") if isinstance(decision, Mapping) else None
+    for number, (action, config, entry) in enumerate(zip(actions, configs, decisions, strict=True)):
+        decision = decision_object(
+            entry, f"decision {number} for {action['name']} ({action['tool_call_id']})"
+        )
+        kind = decision.get("type")
         check_decision_allowed(
             kind,
             config.get("allowed_decisions", []),
             tool=action["name"],
             call_id=action["tool_call_id"],
         )
-        assert isinstance(decision, Mapping)
         for key in ("tool_call_id", "operation_id", "intent_hash"):
             given = decision.get(key)
             if given is not None and given != action.get(key):
@@ -1173,6 +1211,20 @@ class AnswerOutcome:
         return f"already decided: {parts}"
 
 
+def _answered_actions(
+    answer: Mapping[str, Any], shown: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The calls a stale answer is for: those shown, or those its decisions name."""
+    if shown is not None:
+        return [dict(a) for a in shown.get("action_requests", ())]
+    named = _named_ids(answer) or []
+    actions: list[dict[str, Any]] = [{"operation_id": o, "intent_hash": h} for o, h in named]
+    for action, d in zip(actions, answer.get("decisions") or [], strict=False):
+        if isinstance(d, Mapping):
+            action["tool_call_id"] = d.get("tool_call_id")
+    return actions
+
+
 def settle_stale(
     ledger: Ledger,
     thread_id: str,
@@ -1206,16 +1258,17 @@ def settle_stale(
             no recorded decision, or the answer contradicts the recorded one.
     """
     decisions = answer.get("decisions")
-    if shown is not None:
-        actions = list(shown.get("action_requests", ()))
-    else:
-        named = _named_ids(answer) or []
-        actions = [{"operation_id": o, "intent_hash": h} for o, h in named]
-        for action, d in zip(actions, decisions or [], strict=False):
-            if isinstance(d, Mapping):
-                action["tool_call_id"] = d.get("tool_call_id")
+    actions = _answered_actions(answer, shown)
     what = f"review {interrupt_id}" if interrupt_id else "the review these decisions name"
-    if not actions or not isinstance(decisions, list) or len(decisions) != len(actions):
+    if shown is not None and actions and isinstance(decisions, list):
+        if len(decisions) != len(actions):
+            # The thread showed this review: say what does not fit, not "never shown".
+            raise DecisionError(
+                f"this answer is for {what}, which is not pending (no longer open); it "
+                f"showed {len(actions)} call(s), this answer gives {len(decisions)} "
+                f"decision(s); this answer ran nothing. {describe_pending(pending)}"
+            )
+    elif not actions or not isinstance(decisions, list) or len(decisions) != len(actions):
         raise DecisionError(
             f"this answer is for {what}, which is not pending (answered elsewhere, or not a "
             f"review of this thread); this answer ran nothing. {describe_pending(pending)}"
@@ -1374,6 +1427,35 @@ def settle_verdict(
     raise DecisionError(
         f"verdict {given!r} refused: {why}; the verdict was refused and recorded and changed "
         f"nothing. {describe_pending(pending)}"
+    )
+
+
+def verdict_attempt_problem(operation_id: str, named: Any, asked: Any) -> str | None:
+    """Why a verdict bound to ``named`` does not answer a reconciliation of attempt ``asked``.
+
+    A reconciliation asks about the operation's latest attempt. A verdict
+    naming another one changes nothing: an earlier attempt was settled
+    already; a later one does not exist.
+
+    Args:
+        operation_id: the operation the verdict is for.
+        named: the verdict's ``attempt`` (``None``: bound to the one asked).
+        asked: the attempt the reconciliation asks about.
+
+    Returns:
+        ``None`` when the verdict answers the attempt asked about; else one
+        clause naming the attempt it gives and why it is not used.
+    """
+    if named is None or named == asked:
+        return None
+    if isinstance(named, int) and isinstance(asked, int) and 0 < named < asked:
+        return (
+            f"the verdict for {operation_id} is for attempt {named}, an earlier attempt than "
+            f"the one asked about (attempt {asked}); it is not used"
+        )
+    return (
+        f"the verdict for {operation_id} gives attempt {named!r}, which names no attempt of "
+        f"it (the one asked about is attempt {asked}, its latest); it is not used"
     )
 
 

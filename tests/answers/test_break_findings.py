@@ -10,8 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from effectgate import StateDir
-from tests.answers.test_binding import _write
+import pytest
+
+from effectgate import StateDir, open_agent
+from effectgate.errors import DecisionError
+from effectgate.graph import RunStatus
+from effectgate.ledger import EventKind, OpState
+from tests.answers import _parking_agent
+from tests.answers.test_binding import _agent, _files, _write
 from tests.cli.conftest import eg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,3 +83,64 @@ def test_a_respond_without_a_message_is_refused_up_front(tmp_path: Path) -> None
     if before is not None:
         assert (state / "ledger.db").read_bytes() == before
     assert not (state / "workspace" / "a.txt").exists()
+
+
+def test_a_wrong_count_for_a_shown_review_says_so(state_dir: StateDir) -> None:
+    """Finding 3a: a review the thread showed is not called "not a review of this thread"."""
+    with _agent(state_dir, [[_write("a.txt", "a\n")], [_write("b.txt", "b\n")]]) as agent:
+        (review,) = agent.start("write", thread_id="t").interrupts
+        agent.resume("t", answers={review.id: {"decisions": [{"type": "approve"}]}})
+        (later,) = agent.status("t").interrupts
+        with pytest.raises(DecisionError) as refused:
+            agent.resume(
+                "t",
+                answers={review.id: {"decisions": [{"type": "approve"}, {"type": "approve"}]}},
+            )
+        text = str(refused.value)
+        assert "not a review of this thread" not in text, text
+        assert f"review {review.id}" in text and "showed 1 call" in text, text
+        assert f"pending: review {later.id}" in text, text
+        assert agent.status("t").interrupts[0].id == later.id
+    assert _files(state_dir) == {"a.txt": "a\n"}
+
+
+def test_a_verdict_naming_no_attempt_says_so(state_dir: StateDir, tmp_path: Path) -> None:
+    """Finding 3b: a verdict for attempt 7 of a one-attempt operation names no attempt."""
+    sd = ["--state-dir", str(state_dir.root)]
+    agent = "tests.answers._parking_agent:build"
+    parked = eg("run", "ring", "--thread", "t", "--agent", agent, "--approve", "all", *sd,
+                cwd=ROOT)  # fmt: skip
+    assert parked.code == 3, (parked.stdout, parked.stderr)
+    ((op_id, _),) = [
+        line.rsplit(":", 1) for line in (state_dir.workspace / "rings.txt").read_text().splitlines()
+    ]
+    given = tmp_path / "v.json"
+    given.write_text(
+        json.dumps({"verdicts": {op_id: {"verdict": "failed", "reference": "x", "attempt": 7}}})
+    )
+    ran = eg("resume", "--thread", "t", "--decisions", str(given), *sd, cwd=ROOT)
+    text = _one_line(ran.stderr)
+    assert "used for an earlier attempt" not in text, text
+    assert "attempt 7" in text and "names no attempt" in text, text
+    recipe = _parking_agent.build(state_dir)
+    with open_agent(state_dir, model=recipe.model or "", tools=recipe.tools) as reader:
+        op = reader.ledger.get(op_id)
+        assert op is not None and op.state is OpState.NEEDS_RECONCILIATION
+        assert not [
+            e
+            for e in reader.ledger.events(operation_id=op_id)
+            if e.kind is EventKind.TRANSITION and e.src is OpState.NEEDS_RECONCILIATION
+        ]
+
+
+def test_a_non_object_decision_has_one_wording(state_dir: StateDir, tmp_path: Path) -> None:
+    """Finding 3c: ``Agent.resume`` and the CLI say "must be an object" alike."""
+    with _agent(state_dir, [[_write("a.txt", "a\n")]]) as agent:
+        (review,) = agent.start("write", thread_id="t").interrupts
+        with pytest.raises(DecisionError) as refused:
+            agent.resume("t", answers={review.id: {"decisions": [None]}})
+        text = str(refused.value)
+        assert "must be an object" in text and "is not allowed" not in text, text
+        assert agent.status("t").status is RunStatus.WAITING_REVIEW
+        assert agent.status("t").interrupts[0].id == review.id
+    assert _files(state_dir) == {}

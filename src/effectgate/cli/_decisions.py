@@ -22,10 +22,12 @@ from effectgate._untrusted import parse_json, read_regular_file
 from effectgate.answers import (
     OneAnswerEach,
     bind_decisions,
+    decision_object,
     edited_args,
     flag_text,
     flags_of,
     respond_text,
+    verdict_attempt_problem,
 )
 from effectgate.cli._render import dumps, terminal_safe
 from effectgate.errors import DecisionError
@@ -350,6 +352,10 @@ class FileDecisions:
             )
             return None
         self._used.add(op_id)
+        problem = verdict_attempt_problem(op_id, given.get("attempt"), request.get("attempt"))
+        if problem is not None:
+            self.say(f"decisions file: {problem}")
+            return None
         return {"reviewer": self.reviewer, "attempt": request.get("attempt"), **given}
 
 
@@ -459,9 +465,8 @@ def _check_entry(entry: Any, where: str) -> None:
         _check_verdicts(entry["verdicts"], where)
 
 
-def _check_decision(decision: Any, where: str) -> None:
-    if not isinstance(decision, dict):
-        raise DecisionError(f"{where}: must be an object")
+def _check_decision(given: Any, where: str) -> None:
+    decision = decision_object(given, where)
     unknown = sorted(set(decision) - _DECISION_KEYS)
     if "interrupt_id" in unknown:
         raise DecisionError(
