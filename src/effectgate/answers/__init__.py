@@ -29,6 +29,7 @@ these rules bind effectgate's own API and CLI. Imports no LangGraph.
 
 from __future__ import annotations
 
+from effectgate.answers._blanket import BlanketAnswer, blanket_answer
 from effectgate.answers._decisions import (
     EDIT_NEEDS,
     RESPOND_NEEDS,
@@ -95,6 +96,7 @@ from effectgate.answers._verdicts import (
 
 __all__ = [
     "AnswerOutcome",
+    "BlanketAnswer",
     "Closing",
     "DESCRIPTION_WARNING",
     "DecisionKind",
@@ -115,6 +117,7 @@ __all__ = [
     "as_payload",
     "bind_decisions",
     "bind_shown_flags",
+    "blanket_answer",
     "check_decision_allowed",
     "check_decision_count",
     "check_no_orphans",
