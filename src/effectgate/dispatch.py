@@ -36,8 +36,7 @@ from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._failpoints import Failpoint
 from effectgate._process import owner_is_gone
-from effectgate._verdicts import apply_verdict
-from effectgate.answers import Verdict, settle_verdict, validate_verdict
+from effectgate.answers import Verdict, apply_verdict, settle_verdict, validate_verdict
 from effectgate.errors import (
     ClaimLostError,
     DecisionError,
@@ -777,7 +776,7 @@ class Dispatcher:
     # ------------------------------------------------------- human verdicts
 
     def apply_verdict(self, operation_id: str, verdict: Verdict) -> Operation:
-        """Apply a human's reconciliation verdict; see ``effectgate._verdicts.apply_verdict``.
+        """Apply a human's reconciliation verdict; see ``effectgate.answers.apply_verdict``.
 
         A ``failed`` verdict ("it did not take effect") on a tool with a
         lookup is checked against the lookup first: evidence may have arrived

@@ -42,3 +42,21 @@ def build(state_dir: StateDir) -> AgentRecipe:
         kind=EffectKind.UNSAFE,
     )
     return AgentRecipe(tools=[spec], model=ScriptedChatModel.from_script(SCRIPT))
+
+
+TWICE = {
+    "name": "parks-then-asks",
+    "turns": [
+        {"say": "ringing", "tool_calls": [{"name": "ring", "args": {"times": 1}}]},
+        {"say": "again", "tool_calls": [{"name": "ring", "args": {"times": 2}}]},
+    ],
+    "final": "Done.",
+}
+
+
+def build_twice(state_dir: StateDir) -> AgentRecipe:
+    """As ``build``, then a second ``ring``: its review waits after the first is settled."""
+    from effectgate.models import ScriptedChatModel
+
+    recipe = build(state_dir)
+    return AgentRecipe(tools=recipe.tools, model=ScriptedChatModel.from_script(TWICE))

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from effectgate import open_agent
-from effectgate._verdicts import apply_verdict
+from effectgate.answers import apply_verdict
 from effectgate.errors import OutcomeUnknown
 from effectgate.graph import RunStatus
 from effectgate.ledger import OpState

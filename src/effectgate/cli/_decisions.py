@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from effectgate._untrusted import parse_json, read_regular_file
-from effectgate.answers import OneAnswerEach, bind_decisions, edited_args, flag_text, flags_of
+from effectgate.answers import (
+    OneAnswerEach,
+    bind_decisions,
+    blanket_answer,
+    decision_object,
+    edited_args,
+    flag_text,
+    respond_text,
+    verdict_attempt_problem,
+)
 from effectgate.cli._render import dumps, terminal_safe
 from effectgate.errors import DecisionError
 
@@ -103,58 +112,50 @@ class BlanketDecisions:
         """Where "approving UNSAFE call" goes (default ``say``): a warning, not a review left."""
 
     def review(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Approve (or reject) every call of the request, or ``None`` if one cannot be."""
+        """Approve (or reject) every call of the request, or ``None`` if one cannot be.
+
+        The rule is ``answers.blanket_answer``; this says why a review is left.
+        """
         wanted = "approve" if self.approve else "reject"
         flag = "--approve " + ("all" if self.approve else "none")
-        decisions: list[dict[str, Any]] = []
-        actions = request.get("action_requests", [])
-        configs = request.get("review_configs", [])
-        for action, config in zip(actions, configs, strict=True):
+        given = blanket_answer(
+            request, approve=self.approve, reviewer=self.reviewer, message=f"rejected by {flag}"
+        )
+        if self.approve:
+            # each call read before the one that stops it was warned about, as it was approved
+            for read in request.get("action_requests", []):
+                if read is given.left:
+                    break
+                self._warn(flag, f"{read['name']} ({read['operation_id']})", read)
+        action = given.left
+        if action is not None:
             label = f"{action['name']} ({action['operation_id']})"
-            if wanted not in config.get("allowed_decisions", []):
-                allowed = ", ".join(config.get("allowed_decisions", []))
-                conflict = action.get("conflict")
-                why = ""
-                if isinstance(conflict, Mapping) and conflict.get("compacted") is not None:
-                    why = (
-                        f": its operation id is bound to other arguments, compacted by "
-                        f"retention (state {conflict.get('stored_state')}; the arguments are no "
-                        "longer kept); reject it, or edit it to arguments that map to another id"
-                    )
-                elif isinstance(conflict, Mapping):
-                    why = (
-                        f": its operation id is bound to other arguments (stored "
-                        f"{dumps(conflict.get('stored_args'))}, state "
-                        f"{conflict.get('stored_state')}); edit the call to them, or reject it"
-                    )
+            if given.flags:
                 self.say(
-                    f"{flag}: cannot {wanted} {label} (allowed: {allowed}){why}; left for review"
-                )
-                return None
-            flags = flags_of(action)
-            if self.approve and flags:
-                # A possible duplicate (the same effect already happened, e.g.
-                # the demo run twice), a repeat of a rejected call, a compacted
-                # id, an edited-away call, a damaged row of the same intent
-                # (answers.REVIEW_FLAGS): a person decides, never a blanket flag.
-                self.say(
-                    f"{flag}: {label} is {' and '.join(flag_text(action, f) for f in flags)}"
+                    f"{flag}: {label} is {' and '.join(flag_text(action, f) for f in given.flags)}"
                     " — approve it explicitly with --decisions or interactively; left for review"
                 )
                 return None
-            if self.approve:
-                self._warn(flag, label, action)
-                decisions.append({"type": "approve", "tool_call_id": action["tool_call_id"]})
-            else:
-                decisions.append(
-                    {
-                        "type": "reject",
-                        "tool_call_id": action["tool_call_id"],
-                        "message": f"rejected by {flag}",
-                    }
+            conflict = action.get("conflict")
+            why = ""
+            if isinstance(conflict, Mapping) and conflict.get("compacted") is not None:
+                why = (
+                    f": its operation id is bound to other arguments, compacted by "
+                    f"retention (state {conflict.get('stored_state')}; the arguments are no "
+                    "longer kept); reject it, or edit it to arguments that map to another id"
                 )
-        # Each answer names the call, operation and intent it was read for.
-        return bind_decisions(request, {"decisions": decisions, "reviewer": self.reviewer})
+            elif isinstance(conflict, Mapping):
+                why = (
+                    f": its operation id is bound to other arguments (stored "
+                    f"{dumps(conflict.get('stored_args'))}, state "
+                    f"{conflict.get('stored_state')}); edit the call to them, or reject it"
+                )
+            self.say(
+                f"{flag}: cannot {wanted} {label} (allowed: {', '.join(given.allowed)}){why}; "
+                "left for review"
+            )
+            return None
+        return given.answer
 
     def verdict(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         """Leave every reconciliation to a human, and say so."""
@@ -343,6 +344,10 @@ class FileDecisions:
             )
             return None
         self._used.add(op_id)
+        problem = verdict_attempt_problem(op_id, given.get("attempt"), request.get("attempt"))
+        if problem is not None:
+            self.say(f"decisions file: {problem}")
+            return None
         return {"reviewer": self.reviewer, "attempt": request.get("attempt"), **given}
 
 
@@ -452,9 +457,8 @@ def _check_entry(entry: Any, where: str) -> None:
         _check_verdicts(entry["verdicts"], where)
 
 
-def _check_decision(decision: Any, where: str) -> None:
-    if not isinstance(decision, dict):
-        raise DecisionError(f"{where}: must be an object")
+def _check_decision(given: Any, where: str) -> None:
+    decision = decision_object(given, where)
     unknown = sorted(set(decision) - _DECISION_KEYS)
     if "interrupt_id" in unknown:
         raise DecisionError(
@@ -470,6 +474,8 @@ def _check_decision(decision: Any, where: str) -> None:
         edited_args(decision, f"{where}: edit")
     if "message" in decision and not isinstance(decision["message"], str):
         raise DecisionError(f"{where}: message must be a string")
+    if kind == "respond":
+        respond_text(decision, f"{where}: respond")
 
 
 def _check_verdicts(verdicts: Any, where: str) -> None:

@@ -113,7 +113,7 @@ def run_resume(
             # answers to reviews this thread already decided: the recorded outcome, or refused
             status = judge_leftover(reader, thread_id, source, output.note) or status
             # verdicts nothing asks for any more: the recorded one, or refused
-            judge_unused_verdicts(reader, source, say=output.note)
+            judge_unused_verdicts(reader, source, say=output.note, pending=status.interrupts)
     if status.status.value == "done":
         _refuse_unused_reviews(source, thread_id)
         output.progress(f"thread {thread_id} is already done; nothing to resume")

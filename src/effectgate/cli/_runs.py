@@ -349,7 +349,7 @@ def _execute(
         with STOPPER.running(agent):
             result = plan.begin(agent)
         driven = drive(agent, result, source, stopper=STOPPER, say=output.note)
-        judge_unused_verdicts(agent, source, say=output.note)
+        judge_unused_verdicts(agent, source, say=output.note, pending=driven.result.interrupts)
     if crash is not None:
         # Still alive: the seam was never passed (e.g. MID_SUPERSTEP needs a
         # batch of parallel calls); the run was not the crash test it was meant to be.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -239,12 +239,23 @@ def _leftover(
             )
 
 
-def judge_unused_verdicts(agent: Agent, source: DecisionSource, say: Say) -> None:
+def judge_unused_verdicts(
+    agent: Agent,
+    source: DecisionSource,
+    say: Say,
+    pending: Sequence[PendingInterrupt] = (),
+) -> None:
     """Judge a decisions file's verdicts that nothing asked for (``answers.settle_verdict``).
 
     The same verdict as the one recorded for the operation is reported
     ("already decided"); a different one raises, and the refusal is in the
     ledger. A verdict for an operation still parked elsewhere is left (noted).
+
+    Args:
+        agent: the agent whose ledger holds the operations.
+        source: the run's decision source (only a ``FileDecisions`` has verdicts).
+        say: tells the person what became of each verdict.
+        pending: what the thread waits on now, named in a refusal.
 
     Raises:
         DecisionError: a verdict contradicts the recorded one (exit 2).
@@ -252,7 +263,7 @@ def judge_unused_verdicts(agent: Agent, source: DecisionSource, say: Say) -> Non
     if not isinstance(source, FileDecisions):
         return
     for op_id, given in source.take_unused_verdicts().items():
-        outcome = settle_verdict(agent.ledger, op_id, validate_verdict(given))
+        outcome = settle_verdict(agent.ledger, op_id, validate_verdict(given), pending=pending)
         if outcome is None:
             say(f"decisions file: verdict for {op_id} not used (nothing here asked for it)")
         else:

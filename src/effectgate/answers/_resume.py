@@ -1,0 +1,170 @@
+"""Resume maps: LangGraph's ``Command(resume=...)`` keyed by interrupt id, checked before a run."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from typing import Any, NoReturn
+
+from effectgate.answers._texts import _Raised, describe_pending
+from effectgate.answers._verdicts import VerdictModel
+from effectgate.errors import (
+    UnknownInterruptError,
+)
+
+__all__ = ["check_resume_ids", "check_unkeyed_resume", "is_resume_map", "refuse_resume_of_idle"]
+
+
+def check_resume_ids(
+    named: Collection[str], *, known: Collection[str], pending: Mapping[str, Any]
+) -> None:
+    """Refuse a resume map that names an interrupt the thread is not waiting on.
+
+    Every interrupt is answered by its own id (``Command(resume={id:
+    value})``). LangGraph drops a key that names no interrupt and runs the
+    node again, which asks the same question again: the answer would be lost
+    without a word. The rule for every path that takes a resume map (the
+    graph's nodes, for a LangGraph client such as ``langgraph dev``'s;
+    ``resume_command``): each key must name an interrupt the thread raised,
+    and an empty map answers nothing.
+
+    Args:
+        named: the keys of the resume map.
+        known: the interrupt ids the map may name (those recorded on the
+            checkpoint it resumes: pending, or answered in the same step).
+        pending: interrupt id -> interrupt value, for the ones still waiting
+            (named in the refusal).
+
+    Raises:
+        UnknownInterruptError: the map is empty or names an unknown id; one line
+            naming the unknown id(s) and the pending interrupts. Nothing was
+            applied; the pending interrupts can still be answered.
+    """
+    waiting = describe_pending([_Raised(i, v) for i, v in pending.items()])
+    if not named:
+        raise UnknownInterruptError(
+            f"resume refused: the resume map names no interrupt; nothing was applied. {waiting}"
+        )
+    unknown = [i for i in named if i not in known]
+    if unknown:
+        listed = ", ".join(repr(i) for i in unknown)
+        verb = "is" if len(unknown) == 1 else "are"
+        raise UnknownInterruptError(
+            f"resume refused: interrupt {listed} {verb} not pending on this thread "
+            f"(another thread's, already answered, or mistyped); nothing was applied. {waiting}"
+        )
+
+
+_ID_SHAPE = re.compile(r"[0-9a-f]{32}")
+"""What LangGraph reads as an interrupt id in a resume map (``is_xxh3_128_hexdigest``)."""
+
+
+def is_resume_map(resume: Any) -> bool:
+    """Whether LangGraph reads ``Command(resume=resume)`` as a map by interrupt id.
+
+    LangGraph's rule: a dict every key of which is shaped like an interrupt id
+    (32 hex digits); an empty dict is a map that names nothing. Any other value
+    is the plain answer of the one pending interrupt.
+
+    Args:
+        resume: the ``Command.resume`` value.
+
+    Returns:
+        ``True`` for such a map.
+    """
+    return isinstance(resume, Mapping) and all(_ID_SHAPE.fullmatch(str(k)) for k in resume)
+
+
+def refuse_resume_of_idle(resume: Any, *, step_left: bool = False) -> NoReturn:
+    """Refuse a resume sent to a thread that waits on no interrupt and has nothing to run.
+
+    LangGraph runs no node for it (there is no task) and returns the state as
+    it was: a second client's late answer to a review answered elsewhere, or
+    an answer to a finished thread, was accepted without a word. The served
+    graph (``effectgate.server``) checks the thread's head before such a run;
+    ``Agent.resume`` words the same case as "already decided" or "nothing is
+    pending".
+
+    ``step_left``: the head's last step has tasks that finished (their writes
+    are kept on the checkpoint: the review answered, the approved calls sent
+    to their effect nodes) but no checkpoint after them, because the run that
+    made them was stopped (``runs.cancel(..., action="rollback")`` deletes
+    the run's checkpoints, not the writes it attached to the one it started
+    from). ``get_state`` then lists no task and no interrupt, and the server
+    shows the thread ``idle``, yet a run with no input finishes that step
+    (the effect nodes read what already ran back from the ledger). The
+    refusal says so instead of "finished".
+
+    Args:
+        resume: the ``Command.resume`` value (a map by interrupt id, or a plain answer).
+        step_left: the head holds the finished tasks of a step cut short.
+
+    Raises:
+        UnknownInterruptError: always; one line, naming the ids the map gave.
+    """
+    if step_left:
+        named = (
+            f" (interrupt {', '.join(repr(str(k)) for k in resume)})"
+            if resume and is_resume_map(resume)
+            else ""
+        )
+        raise UnknownInterruptError(
+            f"resume refused: this thread waits on no interrupt{named}: its last review was "
+            "answered and its step began, but the run was stopped before the step's checkpoint "
+            "(cancelled or rolled back); nothing was applied. Run the thread with no input and "
+            "no command to finish that step: an effect that already ran is read back from the "
+            "ledger, not run again"
+        )
+    if resume and is_resume_map(resume):
+        check_resume_ids(list(resume), known=(), pending={})
+    raise UnknownInterruptError(
+        "resume refused: this thread waits on no interrupt (finished, or its review was "
+        "answered elsewhere); nothing was applied. " + describe_pending([])
+    )
+
+
+_ANSWER_FIELDS = {
+    "review": frozenset({"decisions", "reviewer", "shown", "shown_operations", "interrupt_id"}),
+    "reconciliation": frozenset(VerdictModel.model_fields),
+}
+"""The fields an answer to each of effectgate's own interrupts may have (docs/answers.md)."""
+
+
+def check_unkeyed_resume(value: Any, *, kind: str, pending: Mapping[str, Any]) -> None:
+    """Refuse a plain resume value that is really a resume map keyed by a non-id.
+
+    LangGraph reads ``Command(resume={key: value})`` as a map only when every
+    key is shaped like an interrupt id (32 hex digits); any other key makes the
+    whole dict the answer of the one pending interrupt. A client that keys its
+    answer by a mistyped or made-up id (``{"review-1": {"decisions": [...]}}``)
+    then handed the review a dict it never meant as the answer: the run went on
+    and asked again, and the client saw no error. The same refusal as an
+    unknown id (``check_resume_ids``) applies: a dict none of whose keys is a
+    field of this kind of answer, whose values are all answers (mappings or
+    strings), is such a map.
+
+    Args:
+        value: the plain (non-map) resume value waiting for the interrupt.
+        kind: the interrupt's ``type``: ``"review"`` or ``"reconciliation"``;
+            any other kind (a tool's own question) takes any value unchanged.
+        pending: interrupt id -> interrupt value, for the ones still waiting.
+
+    Raises:
+        UnknownInterruptError: ``value`` is such a map; one line naming its
+            keys and the pending interrupts. Nothing was applied.
+    """
+    fields = _ANSWER_FIELDS.get(kind)
+    if fields is None or not isinstance(value, Mapping) or not value:
+        return
+    if any(k in fields for k in value) or not all(
+        isinstance(v, (Mapping, str)) for v in value.values()
+    ):
+        return  # an answer (maybe a wrong one, which the node words and asks again)
+    waiting = describe_pending([_Raised(i, v) for i, v in pending.items()])
+    listed = ", ".join(repr(str(k)) for k in value)
+    verb = "is not an interrupt id" if len(value) == 1 else "are not interrupt ids"
+    raise UnknownInterruptError(
+        f"resume refused: {listed} {verb} (LangGraph read the map as the "
+        f"answer itself; answer with the interrupt's 32-hex-digit id); nothing was applied. "
+        f"{waiting}"
+    )
