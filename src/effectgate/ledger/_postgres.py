@@ -1059,6 +1059,13 @@ class PostgresLedgerStore:
     THREADS_TABLE = POSTGRES.threads
     """The table of thread records (named when one of them is damaged)."""
 
+    durable_leases = True
+    """Lease writes commit at ``synchronous_commit = on`` (``_threads.durable_leases``).
+
+    A server crash loses asynchronous commits while the workers that saw them
+    live on: a lost takeover or renewal would let two runners onto one thread.
+    """
+
     def __init__(
         self,
         dsn: str,
@@ -1203,13 +1210,13 @@ class PostgresLedgerStore:
             conn.finish("COMMIT")
 
     def compare_and_set_lease(self, lease: Lease, *, expected: Lease) -> bool:
-        """The lease compare-and-set as one not-durable transaction in one round trip.
+        """The lease compare-and-set as one durable transaction in one round trip.
 
-        ``BEGIN``, the local settings (``synchronous_commit = off``), the
-        conditional ``UPDATE`` and ``COMMIT`` travel in one pipeline (see
-        ``LedgerStore.compare_and_set_lease``): the same statement, the same
-        row lock and the same commit as ``put_lease`` inside
-        ``transaction(durable=False)``, without the read before it.
+        ``BEGIN``, the local settings (``synchronous_commit = on``: see
+        ``durable_leases``), the conditional ``UPDATE`` and ``COMMIT`` travel
+        in one pipeline (see ``LedgerStore.compare_and_set_lease``): the same
+        statement, the same row lock and the same commit as ``put_lease``
+        inside ``transaction()``, without the read before it.
 
         Raises:
             LedgerBusyError: the row lock or a pooled connection was not had in time.
@@ -1227,7 +1234,7 @@ class PostgresLedgerStore:
         )
         # If the COMMIT's answer is lost: the row holding the new lease proves it committed.
         probe = (POSTGRES.lease_row, (lease.thread_id,), [params[:3]])
-        begin = [_Step(PG_BEGIN_WRITE), self._settings(durable=False)]
+        begin = [_Step(PG_BEGIN_WRITE), self._settings(durable=self.durable_leases)]
         with _translated(self._where), self._connection(begin) as conn:
             return conn.execute_and_commit(POSTGRES.update_lease, params, probe=probe).rowcount == 1
 
