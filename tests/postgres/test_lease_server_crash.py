@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -106,3 +107,52 @@ def test_a_renewed_lease_survives_a_server_crash(cluster: PrivateCluster) -> Non
         assert int(expires_ms) == int(renewed.expires_at.timestamp() * 1000)
         with pytest.raises(ThreadBusyError):
             ledger.acquire_lease("t1", "worker-b", 30)
+
+
+def test_a_commit_lost_with_a_crashed_server_is_not_taken_for_another(
+    cluster: PrivateCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A COMMIT whose answer and WAL a crash lost is unknown, not "committed" by a reused id.
+
+    After crash recovery the server hands out again the transaction ids whose
+    WAL it lost: ``pg_xact_status`` of the old id then reports the new
+    transaction's outcome. Here the block's commit is lost with the crash (its
+    flush never happened: forced by committing it asynchronously), another
+    session commits the next transaction, and only then does the session look
+    its id up. Failed before: the lookup said "committed" (the other
+    session's), ``record_thread`` returned, and no thread row existed.
+    """
+    from effectgate.errors import DatabaseUnavailableError
+    from effectgate.ledger._postgres import PostgresLedgerStore, _Session, _tx_settings
+
+    url = cluster.url("leases")
+    real = _Session._send
+    lost: list[bool] = []
+
+    def send(self: Any, conn: Any, steps: Any, *, commit: bool, pipeline: bool) -> Any:
+        results = real(self, conn, steps, commit=commit, pipeline=pipeline)
+        if commit and not lost:
+            lost.append(True)
+            cluster.restart("immediate")
+            with psycopg.connect(url, autocommit=True) as other, other.transaction():
+                other.execute("SELECT pg_current_xact_id()")  # takes the lost id again
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return results
+
+    def not_durable(self: Any, *, durable: bool = True) -> Any:
+        return _tx_settings(durable=False, busy_s=self._busy_s, schema=self.schema)
+
+    with PostgresLedger(url, pool_size=2, retry_for=10) as ledger:
+        ledger.record_thread("t0", {"task": "x"}, {})
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+        monkeypatch.setattr(PostgresLedgerStore, "_settings", not_durable)
+        monkeypatch.setattr(_Session, "_send", send)
+        with pytest.raises(DatabaseUnavailableError):
+            ledger.record_thread("t1", {"task": "y"}, {})
+        monkeypatch.undo()
+        assert lost == [True]
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT thread_id FROM ledger_threads ORDER BY 1").fetchall() == [
+            ("t0",)
+        ]
