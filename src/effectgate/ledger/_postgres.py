@@ -481,9 +481,14 @@ class _Session:
       transaction's id, read with its first statement, is looked up
       (``pg_xact_status``): committed, the block is done; aborted, it is
       replayed and committed anew; still unknown when the budget ends,
-      ``DatabaseUnavailableError`` says so. A one-pipeline transaction whose
-      id never came back is judged by its ``probe`` (the compare-and-set's
-      row read again: is the new value there?) when it has one;
+      ``DatabaseUnavailableError`` says so. The id is looked up only if the
+      server has not restarted since (``pg_postmaster_start_time``, read
+      with it): after a crash the server hands out again the ids whose WAL
+      it lost, so the status could be another transaction's; across a
+      restart the outcome is unknown (``DatabaseUnavailableError``). A
+      one-pipeline transaction whose id never came back is judged by its
+      ``probe`` (the compare-and-set's row read again: is the new value
+      there?) when it has one;
     - past the store's retry budget, ``DatabaseUnavailableError``.
     """
 
@@ -514,7 +519,7 @@ class _Session:
         self._conn: psycopg.Connection[Any] | None = None
         self._deadline: float | None = None
         self._failures = 0
-        self._xid: str | None = None
+        self._xid: tuple[str, str] | None = None
 
     # -- the block's calls -------------------------------------------------
 
@@ -668,7 +673,7 @@ class _Session:
                 # the transaction's id, even if a later statement (the COMMIT) lost its answer
                 with suppress(psycopg.Error):
                     row = cursors[xid_at].fetchone()
-                    self._xid = None if row is None else str(row[0])
+                    self._xid = None if row is None else (str(row[0]), str(row[-1]))
         return [_Result(cur) for cur in cursors]
 
     def _run(
@@ -764,17 +769,7 @@ class _Session:
                     "and it is not repeated blindly: the next call reads what the ledger holds"
                 ) from exc
             try:
-                conn = self._connection()
-                if status_of is not None:
-                    row = conn.execute(PG_XACT_STATUS, (status_of,)).fetchone()
-                    status = None if row is None else row[0]
-                else:
-                    assert probe is not None
-                    with conn.transaction():
-                        if self._store.schema is not None:
-                            conn.execute(PG_TX_PATH, (self._store.schema,))
-                        rows = conn.execute(probe[0], probe[1]).fetchall()
-                    status = "committed" if [tuple(r) for r in rows] == probe[2] else "aborted"
+                status = self._looked_up(self._connection(), status_of, probe)
             except (psycopg.Error, PoolTimeout) as retry_exc:
                 if not is_transient(retry_exc):
                     raise
@@ -786,6 +781,17 @@ class _Session:
                 return True
             if status == "aborted":
                 return False
+            if status == "restarted":
+                # The server restarted (maybe crashed) since the transaction
+                # began: an id whose WAL a crash lost is handed out again, so
+                # its status may be another transaction's. Found by the
+                # PostgreSQL fault campaign (restart-immediate).
+                raise DatabaseUnavailableError(
+                    f"ledger database {self._store._where} restarted while a commit was "
+                    f"sent ({_first_line(exc)}); whether it committed cannot be told from "
+                    "its transaction id and it is not repeated blindly: the next call "
+                    "reads what the ledger holds"
+                ) from exc
             if status is None:  # too old to be known (wraparound): cannot tell
                 raise DatabaseUnavailableError(
                     f"ledger database {self._store._where}: whether a commit whose answer "
@@ -793,6 +799,28 @@ class _Session:
                     "ledger holds"
                 ) from exc
             # "in progress": the old session has not ended yet; ask again
+
+    def _looked_up(
+        self,
+        conn: psycopg.Connection[Any],
+        status_of: tuple[str, str] | None,
+        probe: tuple[Any, Sequence[Any], list[Any]] | None,
+    ) -> str | None:
+        """The lost commit's status: ``pg_xact_status`` of its id, or its probe's verdict.
+
+        ``"restarted"`` when the server restarted since the transaction began
+        (its id may have been handed out again); ``None`` when too old to know.
+        """
+        if status_of is not None:
+            xid, started = status_of
+            row = conn.execute(PG_XACT_STATUS, (started, xid)).fetchone()
+            return None if row is None else row[0]  # type: ignore[no-any-return]
+        assert probe is not None
+        with conn.transaction():
+            if self._store.schema is not None:
+                conn.execute(PG_TX_PATH, (self._store.schema,))
+            rows = conn.execute(probe[0], probe[1]).fetchall()
+        return "committed" if [tuple(r) for r in rows] == probe[2] else "aborted"
 
 
 class _Probed(_Result):
@@ -1059,6 +1087,13 @@ class PostgresLedgerStore:
     THREADS_TABLE = POSTGRES.threads
     """The table of thread records (named when one of them is damaged)."""
 
+    durable_leases = True
+    """Lease writes commit at ``synchronous_commit = on`` (``_threads.durable_leases``).
+
+    A server crash loses asynchronous commits while the workers that saw them
+    live on: a lost takeover or renewal would let two runners onto one thread.
+    """
+
     def __init__(
         self,
         dsn: str,
@@ -1203,13 +1238,13 @@ class PostgresLedgerStore:
             conn.finish("COMMIT")
 
     def compare_and_set_lease(self, lease: Lease, *, expected: Lease) -> bool:
-        """The lease compare-and-set as one not-durable transaction in one round trip.
+        """The lease compare-and-set as one durable transaction in one round trip.
 
-        ``BEGIN``, the local settings (``synchronous_commit = off``), the
-        conditional ``UPDATE`` and ``COMMIT`` travel in one pipeline (see
-        ``LedgerStore.compare_and_set_lease``): the same statement, the same
-        row lock and the same commit as ``put_lease`` inside
-        ``transaction(durable=False)``, without the read before it.
+        ``BEGIN``, the local settings (``synchronous_commit = on``: see
+        ``durable_leases``), the conditional ``UPDATE`` and ``COMMIT`` travel
+        in one pipeline (see ``LedgerStore.compare_and_set_lease``): the same
+        statement, the same row lock and the same commit as ``put_lease``
+        inside ``transaction()``, without the read before it.
 
         Raises:
             LedgerBusyError: the row lock or a pooled connection was not had in time.
@@ -1227,7 +1262,7 @@ class PostgresLedgerStore:
         )
         # If the COMMIT's answer is lost: the row holding the new lease proves it committed.
         probe = (POSTGRES.lease_row, (lease.thread_id,), [params[:3]])
-        begin = [_Step(PG_BEGIN_WRITE), self._settings(durable=False)]
+        begin = [_Step(PG_BEGIN_WRITE), self._settings(durable=self.durable_leases)]
         with _translated(self._where), self._connection(begin) as conn:
             return conn.execute_and_commit(POSTGRES.update_lease, params, probe=probe).rowcount == 1
 

@@ -485,14 +485,20 @@ PG_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 PG_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # A transaction's settings, local to it (nothing lingers on a connection that a
 # transaction pooler hands to someone else next), and its id, read with its
-# first statement, by which a COMMIT whose answer was lost is looked up.
+# first statement, by which a COMMIT whose answer was lost is looked up. The
+# server's start time goes with it: after a crash the server hands out again
+# the ids whose WAL it lost, so an id is looked up only on the same server run.
 PG_TX_ID = (
     "SELECT pg_current_xact_id()::text, set_config('synchronous_commit', %s, true), "
     "set_config('lock_timeout', %s, true), "
-    "set_config('search_path', COALESCE(%s, current_setting('search_path')), true)"
+    "set_config('search_path', COALESCE(%s, current_setting('search_path')), true), "
+    "pg_postmaster_start_time()::text"
 )
 PG_TX_PATH = "SELECT set_config('search_path', %s, true)"
-PG_XACT_STATUS = "SELECT pg_xact_status(%s::xid8)"
+PG_XACT_STATUS = (
+    "SELECT CASE WHEN pg_postmaster_start_time()::text = %s "
+    "THEN pg_xact_status(%s::xid8) ELSE 'restarted' END"
+)
 PG_HAS_TABLE = (
     "SELECT COUNT(*) FROM pg_catalog.pg_tables "
     "WHERE schemaname = current_schema() AND tablename = %s"

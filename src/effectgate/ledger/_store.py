@@ -370,11 +370,13 @@ class LedgerStore(Protocol):
         ...
 
     def compare_and_set_lease(self, lease: Lease, *, expected: Lease) -> bool:
-        """Replace the stored lease ``expected`` by ``lease`` in a not-durable transaction.
+        """Replace the stored lease ``expected`` by ``lease`` in a transaction of its own.
 
         The same compare-and-set as ``StoreTransaction.put_lease`` with an
         ``expected`` lease (owner, token and expiry must match the stored row),
-        committed at once as ``transaction(durable=False)`` commits. For a
+        committed at once as the store's other lease writes commit: durably
+        if the store has ``durable_leases = True`` (a database server that can
+        crash while its clients live on), else as ``transaction(durable=False)``. For a
         caller that already knows the row it expects (the lease it holds, or
         the one it gave up last), it saves reading the row first: a store may
         send the whole transaction at once (``PostgresLedgerStore``: one round

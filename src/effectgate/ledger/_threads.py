@@ -6,11 +6,21 @@ grows each time the lease changes hands (Kleppmann, *How to do distributed
 locking*, 2016); a released lease keeps its row so the next owner's token is
 still higher.
 
-Lease writes commit with ``synchronous=NORMAL``: they are atomic and visible
-to every process at once (WAL), and a lease only coordinates *live*
-processes, so losing the last lease write to a power cut, which kills every
-holder too, cannot let two runners in. That saves two fsyncs per run
+On SQLite, lease writes commit with ``synchronous=NORMAL``: they are atomic
+and visible to every process at once (WAL), and a lease only coordinates
+*live* processes, so losing the last lease write to a power cut, which kills
+every holder too, cannot let two runners in. That saves two fsyncs per run
 (benchmarks/README.md, "lease_normal").
+
+That argument does not hold where the database is a server of its own: a
+crash of the PostgreSQL server loses its asynchronous commits while the
+workers that saw them go on running. A lost takeover hands the row back to
+the old holder, whose renewal then succeeds while the new one runs on; a
+lost renewal leaves an expiry another owner may take the thread at. Two
+runners on one thread fork it (the PostgreSQL fault campaign saw a mail sent
+twice that way). So a store says whether its lease writes must be durable
+(``durable_leases``, ``True`` on ``PostgresLedgerStore``); tests/postgres/
+test_lease_server_crash.py crashes a server right after each lease write.
 """
 
 from __future__ import annotations
@@ -27,7 +37,19 @@ from effectgate.errors import LedgerCorruptError, ThreadBusyError
 from effectgate.ledger._model import DamagedThread, Lease, ThreadEvent, ThreadRecord
 from effectgate.ledger._store import LedgerStore
 
-__all__ = ["ThreadsMixin"]
+__all__ = ["ThreadsMixin", "durable_leases"]
+
+
+def durable_leases(store: LedgerStore) -> bool:
+    """Whether ``store``'s lease writes must commit durably (its ``durable_leases``).
+
+    ``True`` for a store on a database server that can crash and recover
+    while its clients live on (``PostgresLedgerStore``); ``False`` (the
+    default, for a store without the attribute) where losing the last lease
+    write also ends every process that saw it (SQLite on the workers' host).
+    """
+    return bool(getattr(store, "durable_leases", False))
+
 
 _NOBODY = "nobody"
 
@@ -147,7 +169,7 @@ class ThreadsMixin:
         *,
         take_over_from: str | None = None,
     ) -> Lease:
-        """Take (or renew) the thread's lease for ``ttl``, committed durably.
+        """Take (or renew) the thread's lease for ``ttl``; durable if the store's must be.
 
         The same owner re-acquires its own lease, expired or not, keeping the
         token; another owner gets it only once it has expired or been
@@ -178,7 +200,7 @@ class ThreadsMixin:
             lease = replace(last, expires_at=_floor_ms(now + span))
             if self._store.compare_and_set_lease(lease, expected=last):
                 return lease
-        with self._store.transaction(durable=False) as tx:
+        with self._store.transaction(durable=durable_leases(self._store)) as tx:
             cur = tx.get_lease(thread_id)
             if (
                 cur is not None
@@ -196,7 +218,7 @@ class ThreadsMixin:
         return lease
 
     def renew_lease(self, lease: Lease, ttl: timedelta | float) -> Lease:
-        """Extend a held lease to ``now + ttl``, committed durably.
+        """Extend a held lease to ``now + ttl``; durable if the store's leases must be.
 
         A lease that expired but was not taken by anyone is still this
         owner's and is renewed.
@@ -210,7 +232,7 @@ class ThreadsMixin:
         renewed = replace(lease, expires_at=_floor_ms(now + span))
         if self._store.compare_and_set_lease(renewed, expected=lease):
             return renewed  # the row held this very lease: renewed without reading it
-        with self._store.transaction(durable=False) as tx:
+        with self._store.transaction(durable=durable_leases(self._store)) as tx:
             cur = tx.get_lease(lease.thread_id)
             if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
                 raise _busy(cur, now, thread_id=lease.thread_id)
@@ -235,7 +257,7 @@ class ThreadsMixin:
         ):
             self._given_up[lease.thread_id] = given_up
             return
-        with self._store.transaction(durable=False) as tx:
+        with self._store.transaction(durable=durable_leases(self._store)) as tx:
             cur = tx.get_lease(lease.thread_id)
             if cur is None or (cur.owner, cur.token) != (lease.owner, lease.token):
                 return
