@@ -394,50 +394,184 @@ def run(admin_dsn: str, worker_counts: list[int], calls: int, rounds: int) -> di
 
 
 class _Counter:
-    """Counts what psycopg sends while installed: statements by first word, round trips."""
+    """Counts what psycopg sends while installed: statements by first word, round trips.
+
+    Round trips are counted at two levels. In the client (``round_trips``):
+    a statement outside a pipeline (``Cursor.execute``/``executemany``), a
+    command psycopg sends itself (``BEGIN``/``COMMIT``/``ROLLBACK`` of
+    ``Connection.transaction()``, through ``_exec_command``) and a pipeline's
+    sync are one each; a pipelined statement is none. By source
+    (``by_source``): the pool the connection came from (``effectgate-ledger``,
+    ``effectgate-checkpoints``, or the baseline's unnamed one) and the
+    statement's first words. On the wire (``_WireCounter``): every request
+    the client sends after the server answered, whatever sent it (flush
+    requests inside a pipeline, pool checks, anything the client-side
+    wrappers miss).
+    """
 
     def __init__(self) -> None:
         self.statements: dict[str, int] = {}
         self.round_trips = 0
         self.texts: dict[str, int] = {}
+        self.by_source: dict[str, int] = {}
         self.on = False
 
-    def see(self, query: Any, in_pipeline: bool) -> None:
+    def reset(self) -> None:
+        self.statements, self.texts, self.by_source, self.round_trips = {}, {}, {}, 0
+
+    def see(self, query: Any, in_pipeline: bool, conn: Any = None) -> None:
         if not self.on:
             return
-        text = query.as_string(None) if hasattr(query, "as_string") else str(query)
+        if isinstance(query, bytes):
+            text = query.decode()
+        else:
+            text = query.as_string(None) if hasattr(query, "as_string") else str(query)
         text = " ".join(text.split())
-        word = (text.split(" ", 1)[0] or "?").upper()
+        word = (text.split(" ", 1)[0] or "(empty)").upper()
         self.statements[word] = self.statements.get(word, 0) + 1
         self.texts[text[:90]] = self.texts.get(text[:90], 0) + 1
         if not in_pipeline:
             self.round_trips += 1
+            self._source(conn, " ".join(text.split(" ", 3)[:3])[:60] or "(empty query)")
 
-    def synced(self) -> None:
+    def synced(self, conn: Any = None) -> None:
         if self.on:
             self.round_trips += 1
+            self._source(conn, "pipeline sync")
+
+    def _source(self, conn: Any, what: str) -> None:
+        pool = getattr(getattr(conn, "_pool", None), "name", None) or "?"
+        key = f"{pool}: {what}"
+        self.by_source[key] = self.by_source.get(key, 0) + 1
+
+
+class _WireCounter:
+    """A TCP forwarder that counts round trips on the wire: client bursts after an answer.
+
+    Each forwarded connection is one thread that waits on both sockets; a
+    chunk from the client counts as a new round trip when the last bytes
+    that moved went from the server to the client (or nothing moved yet).
+    So a pipeline of many statements and its sync is one trip, and every
+    request psycopg sends on its own (a statement, ``BEGIN``, ``COMMIT``, a
+    pool check's empty query, a pipeline's flush request) is one.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import socket
+        import threading
+
+        self.target = target
+        self.round_trips = 0
+        self.by_request: dict[str, int] = {}
+        """Round trips by what the request starts with: message types, first statement."""
+        self.on = False
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._forward, args=(client, server), daemon=True).start()
+
+    def _forward(self, client: Any, server: Any) -> None:
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(client, selectors.EVENT_READ, server)
+        sel.register(server, selectors.EVENT_READ, client)
+        last_from_client = False
+        try:
+            while True:
+                for key, _ in sel.select():
+                    src, dst = key.fileobj, key.data
+                    chunk = src.recv(65536)  # type: ignore[union-attr]
+                    if not chunk:
+                        return
+                    if src is client:
+                        if not last_from_client and self.on:
+                            what = _request(chunk)
+                            with self._lock:
+                                self.round_trips += 1
+                                self.by_request[what] = self.by_request.get(what, 0) + 1
+                        last_from_client = True
+                    else:
+                        last_from_client = False
+                    dst.sendall(chunk)
+        except OSError:
+            return
+        finally:
+            sel.close()
+            client.close()
+            server.close()
+
+    def url(self, dsn: str) -> str:
+        """``dsn`` pointed at this forwarder (same user, database, options)."""
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        parts = conninfo_to_dict(dsn)
+        parts.update(host="127.0.0.1", port=str(self.port))
+        return make_conninfo("", **parts)
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _request(chunk: bytes) -> str:
+    """Name a client request: its message types (``Q`` query, ``P`` parse, ``H`` flush, ...)
+    and the first statement's first words."""
+    kinds, text, i = [], "", 0
+    while i + 5 <= len(chunk) and len(kinds) < 40:
+        kind = chr(chunk[i])
+        length = int.from_bytes(chunk[i + 1 : i + 5], "big")
+        body = chunk[i + 5 : i + 1 + length]
+        if not text and kind == "Q":
+            text = body.split(b"\0", 1)[0].decode(errors="replace")
+        elif not text and kind == "P":
+            text = body.split(b"\0", 2)[1].decode(errors="replace") if b"\0" in body else ""
+        kinds.append(kind)
+        i += 1 + length
+    words = " ".join(" ".join(text.split()).split(" ", 3)[:3])[:50]
+    return f"{''.join(kinds)[:20]} {words or '(no statement)'}"
 
 
 def _install(counter: _Counter) -> None:
-    """Wrap ``Cursor.execute``/``executemany`` and ``Pipeline.sync`` (a pipeline: one trip)."""
+    """Wrap ``Cursor.execute``/``executemany``, ``_exec_command`` and the pipeline's sync."""
     import psycopg
 
     def wrap(cls: Any, name: str) -> None:
         original = getattr(cls, name)
 
         def run(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-            counter.see(query, self.connection._pipeline is not None)
+            counter.see(query, self.connection._pipeline is not None, self.connection)
             return original(self, query, *args, **kwargs)
 
         setattr(cls, name, run)
 
     wrap(psycopg.Cursor, "execute")
     wrap(psycopg.Cursor, "executemany")
+    original_command = psycopg.Connection._exec_command
+
+    def command(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        counter.see(query, self._pipeline is not None, self)
+        return (yield from original_command(self, query, *args, **kwargs))
+
+    psycopg.Connection._exec_command = command  # type: ignore[method-assign]
     original_exit = psycopg.Pipeline.__exit__
 
     def pipeline_exit(self: Any, *exc: Any) -> Any:
         if self._conn._pipeline is self and self.level == 1:
-            counter.synced()
+            counter.synced(self._conn)
         return original_exit(self, *exc)
 
     psycopg.Pipeline.__exit__ = pipeline_exit  # type: ignore[method-assign]
@@ -449,22 +583,27 @@ def count(admin_dsn: str, steps: int) -> dict[str, Any]:
     import pstats
 
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
 
     from effectgate.testing.postgres import scratch_database, with_search_path
 
     counter = _Counter()
     _install(counter)
+    parts = conninfo_to_dict(admin_dsn)
+    wire = _WireCounter((str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432)))
     out: dict[str, Any] = {}
     with scratch_database(admin_dsn) as db:
         for s in ("langgraph_pg", "effectgate_pg"):
             with psycopg.connect(db, autocommit=True) as conn:
                 conn.execute(f'CREATE SCHEMA "count_{s}"')
-            sys_ = _open(s, with_search_path(db, f"count_{s}"), c.work_dir("pgcount"), steps + 3)
+            url = with_search_path(wire.url(db), f"count_{s}")
+            sys_ = _open(s, url, c.work_dir("pgcount"), steps + 3)
             try:
                 sys_.start("warm")
                 sys_.step("warm")  # first-call costs (prepared plans, imports) out of the count
-                counter.statements, counter.texts, counter.round_trips = {}, {}, 0
-                counter.on = True
+                counter.reset()
+                wire.round_trips, wire.by_request = 0, {}
+                counter.on = wire.on = True
                 prof = cProfile.Profile()
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 prof.enable()
@@ -472,7 +611,7 @@ def count(admin_dsn: str, steps: int) -> dict[str, Any]:
                     sys_.step("warm")
                 prof.disable()
                 wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-                counter.on = False
+                counter.on = wire.on = False
             finally:
                 sys_.close()
             stats = pstats.Stats(prof)
@@ -487,6 +626,15 @@ def count(admin_dsn: str, steps: int) -> dict[str, Any]:
                 "client_cpu_ms_per_effect_profiled": round(1000 * cpu / steps, 2),
                 "statements_per_effect": round(sum(counter.statements.values()) / steps, 2),
                 "round_trips_per_effect": round(counter.round_trips / steps, 2),
+                "round_trips_per_effect_on_the_wire": round(wire.round_trips / steps, 2),
+                "round_trips_on_the_wire_by_request_per_effect": {
+                    k: round(v / steps, 2)
+                    for k, v in sorted(wire.by_request.items(), key=lambda kv: (-kv[1], kv[0]))
+                },
+                "round_trips_by_source_per_effect": {
+                    k: round(v / steps, 2)
+                    for k, v in sorted(counter.by_source.items(), key=lambda kv: (-kv[1], kv[0]))
+                },
                 "by_kind_per_effect": {
                     k: round(v / steps, 2) for k, v in sorted(counter.statements.items())
                 },
@@ -502,8 +650,10 @@ def count(admin_dsn: str, steps: int) -> dict[str, Any]:
             c.log(
                 f"  {s}: {out[s]['wall_ms_per_effect']} ms, "
                 f"{out[s]['statements_per_effect']} statements, "
-                f"{out[s]['round_trips_per_effect']} round trips per effect"
+                f"{out[s]['round_trips_per_effect']} round trips per effect "
+                f"({out[s]['round_trips_per_effect_on_the_wire']} on the wire)"
             )
+    wire.close()
     return out
 
 

@@ -161,3 +161,37 @@ def test_setup_is_shared_by_workers_starting_together(postgres_url: str) -> None
     with psycopg.connect(postgres_url) as conn:
         (n,) = conn.execute("SELECT COUNT(*) FROM checkpoint_migrations").fetchone() or (0,)
     assert n > 0
+
+
+def test_task_writes_are_all_or_nothing_and_leave_the_pool_usable(postgres_url: str) -> None:
+    """A put_writes whose second row the server refuses commits none of its rows.
+
+    The writes, ``BEGIN``, ``SET LOCAL`` and ``COMMIT`` go out in one
+    pipeline: a refused row makes the server skip the rest, ``COMMIT``
+    included, so the first row is rolled back too; the connection goes back
+    to the pool usable, and the next put_writes commits.
+    """
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with open_postgres_saver(postgres_url) as saver:
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        saved = saver.put(config, empty_checkpoint(), {"source": "input", "step": 0}, {})
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.channel = 'bad' THEN RAISE EXCEPTION 'refused'; END IF; "
+                "RETURN NEW; END $$"
+            )
+            conn.execute(
+                "CREATE TRIGGER refuse_bad BEFORE INSERT ON checkpoint_writes "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_bad()"
+            )
+            with pytest.raises(psycopg.Error, match="refused"):
+                saver.put_writes(saved, [("good", 1), ("bad", 2)], task_id="task-1")
+            saver.put_writes(saved, [("good", 3)], task_id="task-2")
+            rows = conn.execute(
+                "SELECT task_id, channel FROM checkpoint_writes ORDER BY task_id, idx"
+            ).fetchall()
+        assert rows == [("task-2", "good")]
+        tup = saver.get_tuple(saved)
+        assert tup is not None and tup.pending_writes == [("task-2", "good", 3)]

@@ -261,9 +261,23 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
             with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        with super()._cursor(pipeline=pipeline) as cur, cur.connection.transaction():
+        with super()._cursor(pipeline=pipeline) as cur:
+            if cur.connection._pipeline is None:
+                with cur.connection.transaction():
+                    cur.execute("SET LOCAL synchronous_commit = off")
+                    yield cur
+                return
+            # In the pipeline upstream opened: BEGIN, SET LOCAL, its writes and
+            # COMMIT go out together and come back at its one sync (one round
+            # trip). ``Connection.transaction()`` here would nest pipelines,
+            # whose every enter and exit syncs (four more round trips). If a
+            # statement fails, the server skips the rest (COMMIT included) up
+            # to the sync and the transaction is rolled back: the pool rolls
+            # back a connection handed back inside a transaction.
+            cur.execute("BEGIN")
             cur.execute("SET LOCAL synchronous_commit = off")
             yield cur
+            cur.execute("COMMIT")
 
 
 _SETUP_LOCK = (
