@@ -1,7 +1,7 @@
 """The ``effectgate`` command line (typer): every command, flag and help text.
 
 Command bodies are thin: they build an ``Output``, call the implementation in
-``_runs`` / ``_inspect`` inside ``handled`` (which maps errors to exit codes
+``_runs`` / ``_resume`` / ``_inspect`` inside ``handled`` (which maps errors to exit codes
 through the one table in ``_exit``), and exit with the code it returns.
 """
 
@@ -27,7 +27,8 @@ from effectgate.cli._output import (
     handled,
 )
 from effectgate.cli._resume import run_resume
-from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_task
+from effectgate.cli._runner import RunFlags
+from effectgate.cli._runs import new_thread_id, run_demo, run_task
 from effectgate.cli._signals import Mode
 from effectgate.errors import ConfigError
 
