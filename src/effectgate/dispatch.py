@@ -22,19 +22,18 @@ without a human::
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._failpoints import Failpoint
+from effectgate._outcome import DispatchStatus, EffectCall, Outcome, settled_outcome
 from effectgate._process import owner_is_gone
 from effectgate.answers import Verdict, apply_verdict, settle_verdict, validate_verdict
 from effectgate.errors import (
@@ -61,51 +60,6 @@ __all__ = [
 log = logging.getLogger("effectgate.dispatch")
 
 
-class DispatchStatus(enum.StrEnum):
-    """Where one ``dispatch`` call left the operation."""
-
-    SUCCEEDED = "succeeded"
-    """A receipt exists (new, reused, reconciled or given by a human)."""
-    FAILED = "failed"
-    """Known not applied, or known failed for good."""
-    REJECTED = "rejected"
-    """A reviewer rejected it; never executed."""
-    CONFLICT = "conflict"
-    """The operation id is bound to other arguments; nothing was executed."""
-    NEEDS_REVIEW = "needs_review"
-    """No usable approval (missing, expired, for other args, tool version changed)."""
-    NEEDS_RECONCILIATION = "needs_reconciliation"
-    """The outcome cannot be known without a human verdict."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EffectCall:
-    """One reviewed side-effecting call, as the effect node receives it."""
-
-    thread_id: str
-    tool_call_id: str
-    tool: str
-    args: Mapping[str, Any]
-    """The arguments to execute (after a reviewer's edit), normalized."""
-    operation_id: str
-    intent_hash: str
-    """The intent hash the review approved."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """What ``dispatch`` concluded, for the model and for people."""
-
-    status: DispatchStatus
-    operation: Operation | None
-    receipt: Receipt | None = None
-    reused: bool = False
-    """Whether the receipt was stored before this call (no tool call made now)."""
-    message: str = ""
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    """For NEEDS_RECONCILIATION / NEEDS_REVIEW: what is known, for the human."""
-
-
 _CALLS: Counter[tuple[str, str, int]] = Counter()
 """(worker, operation id, attempt) of every tool call this process is inside now, counted.
 
@@ -119,48 +73,6 @@ without its result recorded and repeat.
 _CALLS_LOCK = threading.Lock()
 
 WaitHook = Callable[[Operation, float], None]
-
-
-def settled_outcome(ledger: Ledger, op: Operation, thread_id: str) -> Outcome | None:
-    """The outcome of an operation that already ended, from the ledger alone; no tool is called.
-
-    The one reading of a terminal operation: ``Dispatcher`` returns it for a
-    replayed call, and a follow-up message answers with it a call whose
-    answer the checkpoint lost (``graph._follow_up.settled_message``).
-
-    Args:
-        ledger: where the receipt is read and verified.
-        op: the operation as last read.
-        thread_id: the thread asking (a receipt of another thread's
-            operation under a shared business key is verified for it).
-
-    Returns:
-        ``SUCCEEDED`` with the stored receipt (``reused``), ``FAILED`` or
-        ``REJECTED`` (not executed); ``None`` for any state that is not terminal.
-
-    Raises:
-        LedgerCorruptError: the stored receipt does not match its operation.
-    """
-    if op.state is OpState.SUCCEEDED:
-        receipt = ledger.verified_receipt(op, by_thread=thread_id)
-        return Outcome(
-            status=DispatchStatus.SUCCEEDED,
-            operation=op,
-            receipt=receipt,
-            reused=True,
-            message="stored receipt returned; not executed again",
-        )
-    if op.state is OpState.FAILED:
-        return Outcome(status=DispatchStatus.FAILED, operation=op, message=_failed(op))
-    if op.state is OpState.REJECTED:
-        return Outcome(
-            status=DispatchStatus.REJECTED,
-            operation=op,
-            message="a reviewer rejected this call; it was not executed",
-        )
-    return None
-
-
 """Called before a backoff wait with the operation and the seconds to wait."""
 
 
@@ -823,21 +735,6 @@ class Dispatcher:
                 f"verdict 'failed' refused for {operation_id!r}: the lookup now finds the "
                 f"effect ({lookup.detail or 'found'}); it took effect, answer 'succeeded'"
             )
-
-
-def _failed(op: Operation) -> str:
-    """What the model is told about a FAILED operation: what failed, and that it took no effect.
-
-    A tool's runtime failure is never worded as a reviewer's reject: that
-    answer (``DispatchStatus.REJECTED``) is only for a person's "no".
-    """
-    detail = op.error or "no detail recorded"
-    if op.attempt == 0:
-        return f"{op.tool} was not run: {detail}"
-    return (
-        f"{op.tool} failed at attempt {op.attempt} of {op.attempts_allowed}: {detail}. "
-        "Per the ledger it did not take effect (known not applied)"
-    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from effectgate._failpoints import Failpoint
+from effectgate.cli import ExitCode
 from effectgate.cli._decisions import BlanketDecisions, FileDecisions, load_decisions_file
-from effectgate.cli._exit import ExitCode, code_for_error, code_for_status
+from effectgate.cli._exit import code_for_error, code_for_status
 from effectgate.cli._session import check_failpoint, drive
 from effectgate.cli._signals import Mode, Stopper
 from effectgate.errors import (

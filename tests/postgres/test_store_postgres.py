@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from effectgate import errors
-from effectgate.ledger import EventKind, PostgresLedger, PostgresLedgerStore
+from effectgate.ledger import EventKind, NewEvent, PostgresLedger, PostgresLedgerStore, WriteOnce
 from effectgate.ledger._postgres import (
     DatabaseClock,
     migrate_postgres_ledger,
@@ -19,7 +19,6 @@ from effectgate.ledger._postgres import (
     without_password,
 )
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS
-from effectgate.ledger._store import NewEvent, WriteOnce
 from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_request
 

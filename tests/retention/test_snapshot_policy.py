@@ -26,7 +26,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 
-from effectgate.graph._state import AgentState, SizedDeltaChannel, approx_bytes
+from effectgate.graph import AgentState
+from effectgate.graph._state import SizedDeltaChannel, approx_bytes
 
 UPDATES = 1_000
 SIZE = 2_000

@@ -1,44 +1,53 @@
-"""The ``effectgate`` command line (typer): every command, flag and help text.
+"""The ``effectgate`` command line (typer): every command and its help text.
 
+The options several commands share are declared once in ``cli/_options.py``.
 Command bodies are thin: they build an ``Output``, call the implementation in
-``_runs`` / ``_inspect`` inside ``handled`` (which maps errors to exit codes
+``_runs`` / ``_resume`` / ``_inspect`` inside ``handled`` (which maps errors to exit codes
 through the one table in ``_exit``), and exit with the code it returns.
 """
 
 from __future__ import annotations
 
-import enum
-import getpass
 import os
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import typer.core
 
-from effectgate import _failpoints
 from effectgate.cli import _inspect, _lease, _loader, _recovery
 from effectgate.cli._exit import EXIT_CODE_HELP
+from effectgate.cli._options import (
+    DEFAULT_STATE,
+    FLAG,
+    AgentOpt,
+    ApiKeyOpt,
+    ApproveOpt,
+    BaseUrlOpt,
+    CrashOpt,
+    DecisionsOpt,
+    JsonOpt,
+    OnlyThreadOpt,
+    ReviewerOpt,
+    StateDirOpt,
+    StoreOpt,
+    ThreadOpt,
+    failpoint_hint,
+    id_flag,
+    id_flags,
+    reviewer_name,
+    run_flags,
+)
 from effectgate.cli._output import (
     CLICK_ERRORS,
-    DEFAULT_STATE_DIR,
     Output,
-    command_hint,
     handled,
 )
 from effectgate.cli._resume import run_resume
-from effectgate.cli._runs import RunFlags, new_thread_id, run_demo, run_task
+from effectgate.cli._runs import new_thread_id, run_demo, run_task
 from effectgate.cli._signals import Mode
 from effectgate.errors import ConfigError
 
 __all__ = ["app"]
-
-
-class Approve(enum.StrEnum):
-    """Values of ``--approve``."""
-
-    ALL = "all"
-    NONE = "none"
 
 
 _HELP = (
@@ -53,7 +62,7 @@ def _flag_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
 
     typer 0.29 prints ``<bool>`` beside every flag, its own ``--help``
     included, which reads as if the flag took a value; a flag's own
-    ``metavar`` (``_FLAG``) cannot reach the help option typer adds itself.
+    ``metavar`` (``FLAG``) cannot reach the help option typer adds itself.
     """
     if self.is_flag and not self.count:
         return None
@@ -160,154 +169,11 @@ app.add_typer(ledger_app, name="ledger")
 lease_app = typer.Typer(help="Thread leases (one live runner per thread).", no_args_is_help=True)
 app.add_typer(lease_app, name="lease")
 
-StateDirOpt = Annotated[
-    Path,
-    typer.Option(
-        "--state-dir",
-        envvar="EFFECTGATE_STATE_DIR",
-        file_okay=False,
-        help="State directory (checkpoints.sqlite3, ledger.sqlite3, workspace/, services/).",
-    ),
-]
-StoreOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        envvar="EFFECTGATE_STORE",
-        metavar="URL",
-        help="postgresql://... : keep the ledger and checkpoints in PostgreSQL (recorded in the "
-        "state directory, which keeps it for life; default: its SQLite files).",
-    ),
-]
-_FLAG = ""
-"""Metavar of a plain on/off flag: typer would print ``<bool>`` as if it took a value."""
-JsonOpt = Annotated[
-    bool,
-    typer.Option(
-        "--json", metavar=_FLAG, help="Print one JSON object on stdout and nothing else there."
-    ),
-]
-ApproveOpt = Annotated[
-    Approve | None,
-    typer.Option(
-        "--approve",
-        case_sensitive=False,
-        help="Answer every review: 'all' approves (unsafe calls too, with a note; never a "
-        "possible duplicate or a conflict: those are left for a person), 'none' rejects.",
-    ),
-]
-DecisionsOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--decisions",
-        dir_okay=False,
-        help='JSON file: {"decisions": [...]} for the next review, a list of such objects for '
-        'successive reviews, and/or {"verdicts": {op_id: verdict}}.',
-    ),
-]
-CrashOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--crash-at",
-        metavar="SEAM",
-        help="Exit 137 at this failpoint (NAME, NAME@tool, NAME#n); see 'effectgate failpoints'.",
-    ),
-]
-
-
-ReviewerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--reviewer",
-        help="Name recorded on approvals and verdicts (default: your user name).",
-    ),
-]
-AgentOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--agent",
-        metavar="MODULE:FACTORY",
-        help="Build the agent (tools, model, policy) with your factory, e.g. myagent:build; "
-        "remembered for the thread in the state directory.",
-    ),
-]
-
-
-def _id_flag(value: str | None) -> str | None:
-    """Refuse an empty or blank-padded id: it would silently name another thread.
-
-    Non-UTF-8 bytes are refused earlier, for every word (``_Utf8Group``).
-    """
-    if value is not None and (not value.strip() or value != value.strip()):
-        raise typer.BadParameter(
-            f"{value!r}: a thread id (or operation id) may not be empty, blank, "
-            "or start or end with whitespace"
-        )
-    return value
-
-
-def _id_flags(values: list[str] | None) -> list[str] | None:
-    """``_id_flag`` for a repeatable ``--thread``."""
-    for value in values or []:
-        _id_flag(value)
-    return values
-
-
-ThreadOpt = Annotated[
-    str | None,
-    typer.Option("--thread", callback=_id_flag, help="Thread id (default: a new random one)."),
-]
-OnlyThreadOpt = Annotated[
-    str | None, typer.Option("--thread", callback=_id_flag, help="Only this thread.")
-]
-BaseUrlOpt = Annotated[
-    str | None,
-    typer.Option("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)."),
-]
-ApiKeyOpt = Annotated[
-    str | None, typer.Option("--api-key", help="API key (default $OPENAI_API_KEY); never stored.")
-]
-
-_DEFAULT_STATE = DEFAULT_STATE_DIR
-
-
-def _reviewer(name: str | None) -> str:
-    if name:
-        return name
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers)
-        return "cli"
-
-
-def _failpoint_hint(state_dir: Path, thread: str) -> None:
-    """Have a failpoint exit (``--crash-at``) print the command that continues the thread."""
-    os.environ[_failpoints.HINT_VAR] = command_hint(state_dir, "resume", "--thread", thread)
-
-
-def _flags(
-    state_dir: Path,
-    approve: Approve | None,
-    decisions: Path | None,
-    reviewer: str | None,
-    crash_at: str | None,
-    *,
-    store: str | None = None,
-) -> RunFlags:
-    return RunFlags(
-        state_dir=state_dir,
-        approve=approve.value if approve else None,
-        decisions=decisions,
-        reviewer=_reviewer(reviewer),
-        crash_at=crash_at,
-        store=store,
-    )
-
 
 @app.command(epilog=EXIT_CODE_HELP)
 def demo(
     *,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     store: StoreOpt = None,
     approve: ApproveOpt = None,
     decisions: DecisionsOpt = None,
@@ -333,13 +199,13 @@ def demo(
     """
     output = Output(json_mode=json_out)
     thread = thread or new_thread_id("demo")
-    _failpoint_hint(state_dir, thread)
+    failpoint_hint(state_dir, thread)
     with (
         handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
         _recovery.explained(output, state_dir),
     ):
         code = run_demo(
-            _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
+            run_flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,
             thread_id=thread,
             error_rate=error_rate,
@@ -381,7 +247,7 @@ def run(
             "turn it recorded instead of adding the message again.",
         ),
     ] = None,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     store: StoreOpt = None,
     base_url: BaseUrlOpt = None,
     api_key: ApiKeyOpt = None,
@@ -397,7 +263,7 @@ def run(
         bool,
         typer.Option(
             "--with-services",
-            metavar=_FLAG,
+            metavar=FLAG,
             help="Start the demo ticket service and mail sink for the tools.",
         ),
     ] = False,
@@ -415,10 +281,10 @@ def run(
     """
     output = Output(json_mode=json_out)
     options = {"base_url": base_url, "api_key": api_key, "max_retries": max_retries}
-    flags = _flags(state_dir, approve, decisions, reviewer, crash_at, store=store)
+    flags = run_flags(state_dir, approve, decisions, reviewer, crash_at, store=store)
     given = thread
     thread = thread or new_thread_id("run")
-    _failpoint_hint(state_dir, thread)
+    failpoint_hint(state_dir, thread)
     with (
         handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
         _recovery.explained(output, state_dir),
@@ -465,9 +331,9 @@ def run(
 def resume(
     *,
     thread: Annotated[
-        str, typer.Option("--thread", callback=_id_flag, help="The thread to continue.")
+        str, typer.Option("--thread", callback=id_flag, help="The thread to continue.")
     ],
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     store: StoreOpt = None,
     approve: ApproveOpt = None,
     decisions: DecisionsOpt = None,
@@ -488,7 +354,7 @@ def resume(
         bool,
         typer.Option(
             "--with-services",
-            metavar=_FLAG,
+            metavar=FLAG,
             help="Start the demo ticket service and mail sink even if the thread's record "
             "does not say so (a thread started through the library).",
         ),
@@ -501,7 +367,7 @@ def resume(
     A finished thread is only reported.
     """
     output = Output(json_mode=json_out)
-    _failpoint_hint(state_dir, thread)
+    failpoint_hint(state_dir, thread)
     with (
         handled(output, thread_id=thread, state_dir=state_dir, mode=Mode.GRACEFUL),
         _recovery.explained(output, state_dir),
@@ -510,7 +376,7 @@ def resume(
             _loader.join_store(state_dir, store)
         _loader.check_recorded(state_dir, thread)
         code = run_resume(
-            _flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
+            run_flags(state_dir, approve, decisions, reviewer, crash_at, store=store),
             output,
             thread_id=thread,
             agent_spec=agent,
@@ -524,7 +390,7 @@ def resume(
 @app.command()
 def pending(
     *,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     thread: OnlyThreadOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -536,7 +402,7 @@ def pending(
 
 
 @app.command()
-def threads(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+def threads(state_dir: StateDirOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
     """List threads with their status."""
     output = Output(json_mode=json_out)
     with handled(output):
@@ -547,7 +413,7 @@ def threads(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) 
 @app.command(epilog=EXIT_CODE_HELP)
 def prune(
     *,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     keep_last: Annotated[
         int | None,
         typer.Option(help="Keep this many latest checkpoints per thread (and what they need)."),
@@ -560,7 +426,7 @@ def prune(
         list[str] | None,
         typer.Option(
             "--thread",
-            callback=_id_flags,
+            callback=id_flags,
             help="Delete this thread (repeatable; added to the other selectors, a union).",
         ),
     ] = None,
@@ -595,7 +461,7 @@ def prune(
             tombstones_after=tombstones_after,
             vacuum=vacuum,  # type: ignore[arg-type]  # checked by PrunePolicy.check
             vacuum_wait=vacuum_wait,
-            deleted_by=_reviewer(reviewer),
+            deleted_by=reviewer_name(reviewer),
             reason=reason,
             dry_run=dry_run,
         )
@@ -615,11 +481,11 @@ def reconcile(
         ),
     ] = None,
     failed: Annotated[
-        bool, typer.Option("--failed", metavar=_FLAG, help="It did not take effect.")
+        bool, typer.Option("--failed", metavar=FLAG, help="It did not take effect.")
     ] = False,
     evidence: Annotated[str, typer.Option("--evidence", help="What you checked.")] = "",
     reviewer: ReviewerOpt = None,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
 ) -> None:
     """Settle an operation in NEEDS_RECONCILIATION with a human verdict.
@@ -635,7 +501,7 @@ def reconcile(
             succeeded=succeeded,
             failed=failed,
             evidence=evidence,
-            reviewer=_reviewer(reviewer),
+            reviewer=reviewer_name(reviewer),
         )
     raise typer.Exit(code)
 
@@ -643,7 +509,7 @@ def reconcile(
 @app.command()
 def services(
     *,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     error_rate: Annotated[
         float | None,
         typer.Option("--error-rate", help="Set the orders error rate the ticket service reports."),
@@ -658,7 +524,7 @@ def services(
 
 
 @app.command()
-def failpoints(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+def failpoints(state_dir: StateDirOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
     """List every failpoint seam name, one per line (for --crash-at); reads no state."""
     del state_dir  # accepted like every command's, so scripts can pass it everywhere
     output = Output(json_mode=json_out)
@@ -672,7 +538,7 @@ def failpoints(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = Fals
 @ledger_app.command("list")
 def ledger_list(
     *,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     thread: OnlyThreadOpt = None,
     state: Annotated[str | None, typer.Option("--state", help="Only this state.")] = None,
     tool: Annotated[str | None, typer.Option("--tool", help="Only this tool.")] = None,
@@ -689,7 +555,7 @@ def ledger_list(
 def ledger_show(
     *,
     operation: Annotated[str, typer.Argument(help="The operation id.")],
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
 ) -> None:
     """Show one operation with its receipt, approvals and events."""
@@ -700,7 +566,7 @@ def ledger_show(
 
 
 @ledger_app.command("stats")
-def ledger_stats(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+def ledger_stats(state_dir: StateDirOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
     """Show health figures: states, first-attempt success, reuse, open unknowns."""
     output = Output(json_mode=json_out)
     with handled(output):
@@ -711,10 +577,10 @@ def ledger_stats(state_dir: StateDirOpt = _DEFAULT_STATE, json_out: JsonOpt = Fa
 @ledger_app.command("events")
 def ledger_events(
     *,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     thread: OnlyThreadOpt = None,
     operation: Annotated[
-        str | None, typer.Option("--op", callback=_id_flag, help="Only this operation.")
+        str | None, typer.Option("--op", callback=id_flag, help="Only this operation.")
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -728,7 +594,7 @@ def ledger_events(
 @app.command(epilog=EXIT_CODE_HELP)
 def worker(
     *,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     store: StoreOpt = None,
     processes: Annotated[
         int, typer.Option("--processes", help="Worker processes to run here (1 to 64).")
@@ -793,14 +659,14 @@ def worker(
 @lease_app.command("break", epilog=EXIT_CODE_HELP)
 def lease_break(
     *,
-    thread: Annotated[str, typer.Option("--thread", callback=_id_flag, help="The thread.")],
+    thread: Annotated[str, typer.Option("--thread", callback=id_flag, help="The thread.")],
     reason: Annotated[
         str, typer.Option("--reason", help="Why (required; kept in the ledger's audit trail).")
     ],
     by: Annotated[
         str | None, typer.Option("--by", help="Who breaks it (default: your user name).")
     ] = None,
-    state_dir: StateDirOpt = _DEFAULT_STATE,
+    state_dir: StateDirOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
 ) -> None:
     """Break a thread's lease that its holder will not give up; audited.
@@ -811,6 +677,6 @@ def lease_break(
     output = Output(json_mode=json_out)
     with handled(output, thread_id=thread):
         code = _lease.lease_break(
-            state_dir, output, thread_id=thread, reason=reason, by=_reviewer(by)
+            state_dir, output, thread_id=thread, reason=reason, by=reviewer_name(by)
         )
     raise typer.Exit(code)

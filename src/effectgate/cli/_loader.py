@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from effectgate._app import StateDir
     from effectgate.cli._output import Output
-    from effectgate.cli._runs import RunFlags
+    from effectgate.cli._runner import RunFlags
     from effectgate.graph import Agent, Policy
     from effectgate.tools import ToolSpec
 
@@ -268,7 +268,7 @@ def agent_of(sd: StateDir, thread_id: str) -> str | None:
     remembers (``agents.json``). ``None`` also for a thread the ledger does
     not have (or no ledger yet): the command reports that in its own words.
     """
-    from effectgate.cli._runs import thread_record
+    from effectgate.cli._runner import thread_record
 
     try:
         metadata = thread_record(sd, thread_id)
@@ -431,14 +431,14 @@ def check_builtin_tools(state_dir: Path, thread_id: str) -> None:
             provides: the message names them and the ``--agent`` flag.
     """
     from effectgate._app import StateDir, default_tools
-    from effectgate.cli._runs import _nowhere, thread_record
+    from effectgate.cli._runner import nowhere, thread_record
 
     try:
         sd = StateDir.open(state_dir, create=False)
         meta = thread_record(sd, thread_id)
     except ConfigError:
         return  # the command reports it, in its own words
-    builtin = {t.name for t in default_tools(sd.workspace, _nowhere())}
+    builtin = {t.name for t in default_tools(sd.workspace, nowhere())}
     missing = sorted(set(map(str, meta.get("tools", []))) - builtin)
     if missing:
         raise ConfigError(
@@ -510,9 +510,10 @@ def run_start_with_agent(
         The exit code.
     """
     from effectgate._app import StateDir
-    from effectgate.cli._runs import _execute, _Plan, _source, stored_model_spec
+    from effectgate.cli._runner import Plan, decision_source, execute
+    from effectgate.cli._runs import stored_model_spec
 
-    source = _source(flags, output)
+    source = decision_source(flags, output)
     sd = StateDir.open(flags.state_dir, store=flags.store)
     recipe = load_recipe(agent_spec, sd)
     if model_spec is None and recipe.model is None:
@@ -525,14 +526,14 @@ def run_start_with_agent(
     metadata: dict[str, Any] = {"kind": "run", "agent": agent_spec, "services": False}
     if model_spec is not None:
         metadata["model"] = stored_model_spec(model_spec)
-    plan = _Plan(
+    plan = Plan(
         thread_id=thread_id,
         model=model,
         services=False,
         begin=lambda agent: agent.start(task, thread_id=thread_id, metadata=metadata),
         agent_options=recipe_options(recipe),
     )
-    return _execute(sd, flags, plan, source, output)
+    return execute(sd, flags, plan, source, output)
 
 
 def _continue(
@@ -548,9 +549,9 @@ def _continue(
     resuming: bool,
 ) -> int:
     from effectgate._app import StateDir
-    from effectgate.cli._runs import _execute, _Plan, _source, thread_record, uses_services
+    from effectgate.cli._runner import Plan, decision_source, execute, thread_record, uses_services
 
-    source = _source(flags, output)
+    source = decision_source(flags, output)
     sd = StateDir.open(flags.state_dir, create=False, store=flags.store)
     meta = thread_record(sd, thread_id)
     spec = agent_spec or thread_agent(sd, thread_id, meta)
@@ -563,7 +564,7 @@ def _continue(
     options.update({k: v for k, v in model_options.items() if v is not None})
     model = resolve_model(recipe, model_spec, meta, options, thread_id)
     services = recipe is None and (with_services or uses_services(meta))
-    plan = _Plan(
+    plan = Plan(
         thread_id=thread_id,
         model=model,
         services=services,
@@ -571,7 +572,7 @@ def _continue(
         resuming=resuming,
         agent_options=recipe_options(recipe),
     )
-    return _execute(sd, flags, plan, source, output)
+    return execute(sd, flags, plan, source, output)
 
 
 def run_followup(

@@ -13,7 +13,7 @@ built-in tools (the model and demo services its record names) or an
    written (answers in a decisions file for its decided reviews, and its
    verdicts, are judged against what was recorded);
 4. otherwise the model is built (``--model`` for this resume only, else the
-   recipe's, else the one the record names) and ``_runs._execute`` opens the
+   recipe's, else the one the record names) and ``_runner.execute`` opens the
    agent and resumes it.
 
 Before, ``--agent`` threads went through a second function with its own copy
@@ -24,6 +24,36 @@ effect: nothing was written) instead of being reported as done.
 The inspection agent of step 3 and the agent of step 4 are two agents: a
 finished thread must be reported without a model (a library-started thread
 records none) and without starting the demo services.
+
+Why step 4 runs the graph twice (``Agent.resume`` with no answer, then
+``_session.drive`` resumes with the answers), taking the thread's lease twice,
+and not once with the answers: one run cannot keep the behaviour, because
+
+- the answers are read for the interrupts the first resume leaves, and that
+  resume is not a read. Under the lease it recovers the thread's in-flight
+  attempts (``recover_in_flight``), runs a thread killed mid-step on to its
+  next stop (``_continue_at_head``), runs on a review whose decisions were
+  recorded before a kill (``_open`` leaves it out, ``_go_on`` runs), and runs
+  a follow-up turn recorded but never applied (``_next_turn``). The review a
+  decisions file or a person answers may exist only after it; ``status``
+  read beforehand, without the lease, shows none (or one another process is
+  answering at that moment);
+- the refusals come in this order: a busy thread (``ThreadBusyError``, exit
+  75 after ``LEASE_WAIT_S``), a deleted thread, a node the agent lacks
+  (``ConfigError``) are raised by the first resume, before any answer is
+  asked for or bound; an answer that does not fit (``DecisionError``, exit 2)
+  after. Binding first would turn a busy thread with a bad decisions file
+  from exit 75 into exit 2, and prompt a person at a terminal about a thread
+  another process holds;
+- between the two runs the lease is not held, on purpose: a person at the
+  terminal may take minutes, and holding the lease meanwhile would keep every
+  other command (exit 75) and worker off the thread. ``Agent`` has no public
+  way to hold the lease across a read, an answer and a run, and
+  ``graph/_agent.py`` is not this module's to change.
+
+The second run is the cheap one: the agent remembers where its first run
+stopped (``Agent._stops``); at the same checkpoint head the answers are bound
+to those interrupts without reloading the thread's state.
 """
 
 from __future__ import annotations
@@ -41,13 +71,13 @@ from effectgate.cli._loader import (
     thread_agent,
 )
 from effectgate.cli._output import Output
-from effectgate.cli._runs import (
+from effectgate.cli._runner import (
+    Plan,
     RunFlags,
-    _check_crash_tools,
-    _execute,
-    _Plan,
-    _refuse_unused_reviews,
-    _source,
+    check_crash_tools,
+    decision_source,
+    execute,
+    refuse_unused_reviews,
     report,
     thread_record,
     uses_services,
@@ -97,7 +127,7 @@ def run_resume(
     """
     from effectgate._app import StateDir
 
-    source = _source(flags, output)
+    source = decision_source(flags, output)
     crash = check_failpoint(flags.crash_at)
     sd = StateDir.open(flags.state_dir, create=False, store=flags.store)
     meta = thread_record(sd, thread_id)
@@ -115,15 +145,15 @@ def run_resume(
             # verdicts nothing asks for any more: the recorded one, or refused
             judge_unused_verdicts(reader, source, say=output.note, pending=status.interrupts)
     if status.status.value == "done":
-        _refuse_unused_reviews(source, thread_id)
+        refuse_unused_reviews(source, thread_id)
         output.progress(f"thread {thread_id} is already done; nothing to resume")
         return report(status, sd, output, state_dir=flags.state_dir)
     options = {k: meta.get(k) for k in ("base_url", "max_retries")}
     options.update({k: v for k, v in model_options.items() if v is not None})
     model = resolve_model(recipe, model_spec, meta, options, thread_id, output=output)
     services = recipe is None and (with_services or uses_services(meta))
-    _check_crash_tools(crash, sd.root, services=services)
-    plan = _Plan(
+    check_crash_tools(crash, sd.root, services=services)
+    plan = Plan(
         thread_id=thread_id,
         model=model,
         services=services,
@@ -131,4 +161,4 @@ def run_resume(
         resuming=True,
         agent_options=recipe_options(recipe),
     )
-    return _execute(sd, flags, plan, source, output)
+    return execute(sd, flags, plan, source, output)

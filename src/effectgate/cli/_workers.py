@@ -572,7 +572,8 @@ def _refuses(
     while ``effectgate services`` runs.
     """
     from effectgate.cli._loader import thread_agent
-    from effectgate.cli._runs import services_skip, stored_model_spec, uses_services
+    from effectgate.cli._runner import uses_services
+    from effectgate.cli._runs import services_skip, stored_model_spec
 
     mine = None if model is None else stored_model_spec(model)
     demo_tools = "the demo ticket and mail services"

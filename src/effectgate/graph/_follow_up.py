@@ -181,7 +181,7 @@ def settled_message(closing: Closing, ledger: Ledger, thread_id: str) -> ToolMes
     Raises:
         LedgerCorruptError: the stored receipt does not verify.
     """
-    from effectgate.dispatch import settled_outcome
+    from effectgate._outcome import settled_outcome
 
     assert closing.operation is not None
     outcome = settled_outcome(ledger, closing.operation, thread_id)

@@ -7,39 +7,39 @@ suite is the model; ``tests/conformance/test_sqlite_store.py`` is an example).
 is called with the same ``name`` (that is how the suite reopens after a
 "restart"), and over fresh, empty storage for a new name. Every test asserts
 on state read back through a new store where it matters, never on mocks.
+
+The suite's base and makers are ``testing/_ledger_fixtures.py``; its threads,
+leases and recovery tests ``testing/_lease_conformance.py``: both come with
+``LedgerConformance``.
 """
 
 from __future__ import annotations
 
-import abc
 import dataclasses
-import functools
-import subprocess
-import sys
-from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 from effectgate import errors
-from effectgate._clock import FakeClock
-from effectgate._intent import intent_hash
 from effectgate.ledger import (
-    MAX_RECOVERIES,
-    Approval,
     Budget,
     DamagedOperation,
     EventKind,
     Expect,
-    Ledger,
-    LedgerStore,
-    OpenRequest,
     Operation,
     OpState,
     Receipt,
 )
-from effectgate.ledger._store import Change, NewEvent, WriteOnce
+from effectgate.ledger._store import Change, WriteOnce
+from effectgate.testing._lease_conformance import LeaseConformance
+from effectgate.testing._ledger_fixtures import (
+    dead_worker_id,
+    make_approval,
+    make_receipt,
+    make_request,
+    note_event,
+    open_fields,
+)
 
 __all__ = [
     "LedgerConformance",
@@ -52,118 +52,8 @@ __all__ = [
 _S = OpState
 
 
-def make_request(
-    operation_id: str = "t1:c1",
-    *,
-    thread_id: str = "t1",
-    tool: str = "write_file",
-    args: Mapping[str, Any] | None = None,
-    budget: Budget | None = None,
-) -> OpenRequest:
-    """Build a valid ``OpenRequest`` (its intent hash matches its arguments)."""
-    args = dict(args if args is not None else {"path": "notes.txt", "content": operation_id})
-    return OpenRequest(
-        operation_id=operation_id,
-        thread_id=thread_id,
-        tool_call_id=operation_id.rsplit(":", 1)[-1],
-        tool=tool,
-        tool_version="1",
-        args=args,
-        intent_hash=intent_hash(tool, "1", args),
-        budget=budget,
-    )
-
-
-def make_approval(
-    op: Operation | OpenRequest,
-    clock: FakeClock,
-    *,
-    decision: str = "approve",
-    reviewer: str = "alice",
-    message: str | None = None,
-) -> Approval:
-    """Build an approval of ``op``'s exact intent, decided now."""
-    return Approval(
-        operation_id=op.operation_id,
-        thread_id=op.thread_id,
-        tool_call_id=op.tool_call_id,
-        decision=decision,  # type: ignore[arg-type]
-        intent_hash=op.intent_hash,
-        reviewer=reviewer,
-        message=message,
-        decided_at=clock.now(),
-    )
-
-
-def make_receipt(op: Operation, clock: FakeClock, *, result: Any = None) -> Receipt:
-    """Build the receipt of ``op``'s current attempt."""
-    return Receipt(
-        operation_id=op.operation_id,
-        intent_hash=op.intent_hash,
-        attempt=op.attempt,
-        result={"ok": True} if result is None else result,
-        reference=f"ref-{op.operation_id}",
-        recorded_at=clock.now(),
-    )
-
-
-@functools.cache
-def dead_worker_id() -> str:
-    """A worker id of this host and PID namespace whose process has exited (a ``kill -9`` left it).
-
-    Made by a child interpreter that prints its own ``new_worker_id()`` and
-    exits, so ``owner_is_gone`` proves it gone. Cached per process: the pid
-    could in principle be reused later, which would only make it "alive".
-    """
-    child = subprocess.run(
-        [sys.executable, "-c", "from effectgate._process import new_worker_id as n; print(n())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return child.stdout.strip()
-
-
-class LedgerConformance(abc.ABC):
+class LedgerConformance(LeaseConformance):
     """Behaviour every store must give a ``Ledger``; subclass and implement ``make_store``."""
-
-    @abc.abstractmethod
-    def make_store(self, name: str) -> LedgerStore:
-        """Return a store over the storage called ``name`` (same name, same data)."""
-
-    @pytest.fixture(autouse=True)
-    def _conformance_lifecycle(self) -> Iterator[None]:
-        self.clock = FakeClock()
-        self._opened: list[Ledger] = []
-        yield
-        for ledger in self._opened:
-            ledger.close()
-
-    def damage_arguments(self, name: str, operation_id: str) -> None:
-        """Rewrite a stored operation's arguments behind the ledger's back (its guards off).
-
-        The row then fails validation (its intent hash no longer matches).
-        A store suite overrides this with its own SQL; the default skips the
-        tests that need it.
-        """
-        pytest.skip("this store suite offers no way to damage a stored row")
-
-    def ledger(self, name: str = "main") -> Ledger:
-        """Open a ``Ledger`` over ``name`` on the suite's fake clock (closed after the test)."""
-        ledger = Ledger(self.make_store(name), clock=self.clock)
-        self._opened.append(ledger)
-        return ledger
-
-    def approved(self, ledger: Ledger, req: OpenRequest | None = None) -> Operation:
-        """Open ``req`` and approve it in one review; return the APPROVED operation."""
-        req = req or make_request()
-        (op,) = ledger.record_review([req], [make_approval(req, self.clock)])
-        return op
-
-    def in_flight(self, ledger: Ledger, req: OpenRequest | None = None) -> Operation:
-        """Open, approve and claim attempt 1."""
-        op = self.approved(ledger, req)
-        return ledger.claim(op.operation_id, attempt=1, worker="w1")
 
     # ----------------------------------------------------------- opening
 
@@ -171,7 +61,7 @@ class LedgerConformance(abc.ABC):
         """A new operation is PROPOSED, attempt 0, with the budget it was opened with."""
         deadline = self.clock.now() + timedelta(hours=1)
         req = make_request(budget=Budget(max_attempts=5, deadline_at=deadline))
-        op = self.ledger().open(**_fields(req))
+        op = self.ledger().open(**open_fields(req))
         assert (op.state, op.attempt, op.budget.max_attempts) == (_S.PROPOSED, 0, 5)
         assert op.budget.deadline_at == deadline
         assert self.ledger().get(req.operation_id) == op
@@ -180,17 +70,17 @@ class LedgerConformance(abc.ABC):
         """Re-opening with the same intent returns the stored row; a new budget is ignored."""
         ledger = self.ledger()
         first = self.approved(ledger, make_request(budget=Budget(max_attempts=2)))
-        again = ledger.open(**_fields(make_request(budget=Budget(max_attempts=9))))
+        again = ledger.open(**open_fields(make_request(budget=Budget(max_attempts=9))))
         assert again == first
         assert (again.state, again.budget.max_attempts) == (_S.APPROVED, 2)
 
     def test_open_other_intent_conflicts_and_keeps_row(self) -> None:
         """Same operation id with other arguments raises IntentConflictError with both hashes."""
         ledger = self.ledger()
-        op = ledger.open(**_fields(make_request()))
+        op = ledger.open(**open_fields(make_request()))
         other = make_request(args={"path": "notes.txt", "content": "different"})
         with pytest.raises(errors.IntentConflictError) as info:
-            ledger.open(**_fields(other))
+            ledger.open(**open_fields(other))
         assert (info.value.stored_hash, info.value.new_hash) == (op.intent_hash, other.intent_hash)
         assert ledger.get(op.operation_id) == op
 
@@ -199,7 +89,7 @@ class LedgerConformance(abc.ABC):
         ledger = self.ledger()
         bad = dataclasses.replace(make_request(), intent_hash="0" * 64)
         with pytest.raises(ValueError, match="intent_hash"):
-            ledger.open(**_fields(bad))
+            ledger.open(**open_fields(bad))
         assert ledger.get(bad.operation_id) is None
         assert ledger.events() == []
 
@@ -300,7 +190,7 @@ class LedgerConformance(abc.ABC):
     def test_claim_needs_approval_and_an_operation(self) -> None:
         """A PROPOSED operation cannot be claimed; an unknown one raises KeyError."""
         ledger = self.ledger()
-        op = ledger.open(**_fields(make_request()))
+        op = ledger.open(**open_fields(make_request()))
         with pytest.raises(errors.ClaimLostError):
             ledger.claim(op.operation_id, attempt=1, worker="w1")
         with pytest.raises(KeyError):
@@ -311,9 +201,9 @@ class LedgerConformance(abc.ABC):
     def test_a_listing_goes_on_past_a_damaged_row_when_asked(self) -> None:
         """``list(damaged=...)`` returns the readable rows and names the damaged one."""
         ledger = self.ledger()
-        kept = ledger.open(**_fields(make_request("t1:c1")))
-        broken = ledger.open(**_fields(make_request("t1:c2")))
-        other = ledger.open(**_fields(make_request("t2:c1", thread_id="t2")))
+        kept = ledger.open(**open_fields(make_request("t1:c1")))
+        broken = ledger.open(**open_fields(make_request("t1:c2")))
+        other = ledger.open(**open_fields(make_request("t2:c1", thread_id="t2")))
         self.damage_arguments("main", broken.operation_id)
         with pytest.raises(errors.LedgerCorruptError):
             ledger.list(thread_id="t1")
@@ -331,8 +221,8 @@ class LedgerConformance(abc.ABC):
         """A damaged operation of the same intent is named, not raised, with ``damaged``."""
         ledger = self.ledger()
         same = {"path": "notes.txt", "content": "same"}
-        first = ledger.open(**_fields(make_request("t1:c1", args=same)))
-        second = ledger.open(**_fields(make_request("t2:c1", thread_id="t2", args=same)))
+        first = ledger.open(**open_fields(make_request("t1:c1", args=same)))
+        second = ledger.open(**open_fields(make_request("t2:c1", thread_id="t2", args=same)))
         self.damage_arguments("main", first.operation_id)
         with pytest.raises(errors.LedgerCorruptError):
             ledger.intent_neighbours("t3:c1", second.intent_hash)
@@ -433,7 +323,7 @@ class LedgerConformance(abc.ABC):
     def test_illegal_transition_changes_nothing(self) -> None:
         """A pair outside TRANSITIONS raises IllegalTransitionError naming both states."""
         ledger = self.ledger()
-        op = ledger.open(**_fields(make_request()))
+        op = ledger.open(**open_fields(make_request()))
         with pytest.raises(errors.IllegalTransitionError) as info:
             ledger.transition(op.operation_id, src=_S.PROPOSED, dst=_S.SUCCEEDED)
         assert (info.value.src, info.value.dst) == ("PROPOSED", "SUCCEEDED")
@@ -482,7 +372,7 @@ class LedgerConformance(abc.ABC):
         op = self.in_flight(self.ledger(), req)
         ledger = self.ledger()
         ledger.recover_in_flight()
-        again = ledger.open(**_fields(dataclasses.replace(req, budget=Budget(max_attempts=50))))
+        again = ledger.open(**open_fields(dataclasses.replace(req, budget=Budget(max_attempts=50))))
         assert (again.attempt, again.budget.max_attempts) == (1, 2)
         assert again.budget.deadline_at == deadline
         assert again.operation_id == op.operation_id
@@ -525,214 +415,12 @@ class LedgerConformance(abc.ABC):
         b = self.in_flight(ledger, make_request("t1:b"))
         ledger.record_result("t1:b", attempt=1, state=_S.UNKNOWN)
         ledger.transition(b.operation_id, src=_S.UNKNOWN, dst=_S.NEEDS_RECONCILIATION)
-        ledger.open(**_fields(make_request("t1:c")))
+        ledger.open(**open_fields(make_request("t1:c")))
         self.clock.advance(30)
         m = ledger.metrics()
         assert (m.operations, m.by_state["SUCCEEDED"], m.by_state["PROPOSED"]) == (3, 1, 1)
         assert (m.first_attempt_success_rate, m.mean_attempts, m.open_unknowns) == (1.0, 1.0, 1)
         assert m.oldest_reconciliation_age_s == 30.0
-
-    # ------------------------------------------------ threads and leases
-
-    def test_thread_record_is_write_once(self) -> None:
-        """The first input of a thread is kept; a second record returns it."""
-        ledger = self.ledger()
-        first = ledger.record_thread("t1", {"goal": "a"}, {"model": "m"})
-        assert ledger.record_thread("t1", {"goal": "b"}) == first
-        assert self.ledger().list_threads() == [first]
-
-    def test_lease_refused_then_taken_over_with_higher_token(self) -> None:
-        """A live lease refuses a second owner; once expired it moves with a higher token."""
-        ledger = self.ledger()
-        lease = ledger.acquire_lease("t1", "a", timedelta(seconds=10))
-        with pytest.raises(errors.ThreadBusyError) as info:
-            ledger.acquire_lease("t1", "b", 10)
-        assert info.value.owner == "a"
-        assert ledger.acquire_lease("t1", "a", 10).token == lease.token
-        self.clock.advance(11)
-        taken = ledger.acquire_lease("t1", "b", 10)
-        assert (taken.owner, taken.token) == ("b", lease.token + 1)
-        with pytest.raises(errors.ThreadBusyError):
-            ledger.renew_lease(lease, 10)
-
-    def test_lease_release_frees_it(self) -> None:
-        """A released lease can be taken at once; releasing a lost lease does nothing."""
-        ledger = self.ledger()
-        lease = ledger.acquire_lease("t1", "a", 60)
-        ledger.release_lease(lease)
-        taken = ledger.acquire_lease("t1", "b", 60)
-        ledger.release_lease(lease)
-        assert ledger.renew_lease(taken, 60).owner == "b"
-
-    def test_a_lease_given_up_is_free_by_a_clock_that_runs_behind(self) -> None:
-        """Released or broken by a runner whose clock is ahead, a lease is free by every clock.
-
-        Two runners' clocks disagree a little (two estimates of the database
-        server's time); a lease stored as expiring at the releaser's "now"
-        looked held to the next runner for that little while.
-        """
-        ahead = FakeClock(self.clock.now() + timedelta(milliseconds=400))
-        releaser = Ledger(self.make_store("main"), clock=ahead)
-        self._opened.append(releaser)
-        ledger = self.ledger()
-        lease = releaser.acquire_lease("t1", "a", 60)
-        releaser.release_lease(lease)
-        taken = ledger.acquire_lease("t1", "b", 60)
-        assert (taken.owner, taken.token) == ("b", lease.token + 1)
-        releaser.break_lease("t1", by="carol", reason="b's host is gone")
-        assert ledger.acquire_lease("t1", "c", 60).owner == "c"
-
-    def test_lease_broken_by_hand_is_fenced_and_audited(self) -> None:
-        """A broken lease is free at once, its old holder fenced off, the act kept as an event."""
-        ledger = self.ledger()
-        held = ledger.acquire_lease("t1", "far-host", 3600)
-        with pytest.raises(ValueError, match="reason"):
-            ledger.break_lease("t1", by="carol", reason=" ")
-        assert self.ledger().thread_events("t1") == []
-        was = ledger.break_lease("t1", by="carol", reason="far-host is gone")
-        assert was == held
-        (event,) = self.ledger().thread_events("t1")
-        assert (event.kind, event.actor, event.at) == ("lease_broken", "carol", self.clock.now())
-        assert (event.detail["reason"], event.detail["owner"]) == ("far-host is gone", "far-host")
-        with pytest.raises(errors.ThreadBusyError):
-            ledger.renew_lease(held, 60)
-        assert ledger.acquire_lease("t1", "me", 60).token == held.token + 2
-        with pytest.raises(KeyError):
-            ledger.break_lease("t2", by="carol", reason="no such lease")
-
-    def test_store_lease_compare_and_set_matches_the_whole_row(self) -> None:
-        """compare_and_set_lease writes only over the exact lease expected, and commits it."""
-        ledger = self.ledger()
-        store = ledger.store
-        held = ledger.acquire_lease("t1", "a", 60)
-        later = dataclasses.replace(held, expires_at=held.expires_at + timedelta(seconds=30))
-        for wrong in (
-            dataclasses.replace(held, owner="b"),
-            dataclasses.replace(held, token=held.token + 1),
-            dataclasses.replace(held, expires_at=held.expires_at - timedelta(milliseconds=1)),
-        ):
-            assert not store.compare_and_set_lease(later, expected=wrong)
-        assert not store.compare_and_set_lease(
-            dataclasses.replace(later, thread_id="t2"),
-            expected=dataclasses.replace(held, thread_id="t2"),
-        )  # no row: nothing inserted
-        with self.make_store("main").read() as r:
-            assert r.get_lease("t1") == held  # the row was left as it was
-        assert store.compare_and_set_lease(later, expected=held)
-        with self.make_store("main").read() as r:  # another connection sees it committed
-            assert r.get_lease("t1") == later
-            assert r.get_lease("t2") is None
-
-    def test_a_lease_retaken_after_release_follows_the_full_rule(self) -> None:
-        """Taken again by its last owner: same token; moved on meanwhile: refused or fenced.
-
-        A ledger remembers the lease it gave up and re-takes it by one
-        compare-and-set against it; whatever happened to the row in between
-        (another runner took it, a person broke it) must give what the full
-        rule gives, never the remembered token.
-        """
-        ledger, other = self.ledger(), self.ledger()
-        first = ledger.acquire_lease("t1", "a", 60)
-        ledger.release_lease(first)
-        again = ledger.acquire_lease("t1", "a", 60)
-        assert (again.owner, again.token) == ("a", first.token)
-        assert other.acquire_lease("t1", "a", 60) == again  # what the row holds
-        ledger.release_lease(again)
-        taken = other.acquire_lease("t1", "b", 60)  # b takes it while a remembers it
-        assert taken.token == first.token + 1
-        with pytest.raises(errors.ThreadBusyError):
-            ledger.acquire_lease("t1", "a", 60)
-        other.release_lease(taken)
-        back = ledger.acquire_lease("t1", "a", 60)
-        assert (back.owner, back.token) == ("a", taken.token + 1)
-        ledger.release_lease(back)
-        other.break_lease("t1", by="carol", reason="test")
-        after = ledger.acquire_lease("t1", "a", 60)
-        assert (after.owner, after.token) == ("a", back.token + 2)
-        with self.make_store("main").read() as r:
-            assert r.get_lease("t1") == after
-
-    def test_live_attempt_of_another_thread_survives_recovery(self) -> None:
-        """recover_in_flight leaves an attempt whose worker still holds its thread's lease."""
-        ledger = self.ledger()
-        op = self.approved(ledger, make_request("key:x", thread_id="t1"))
-        ledger.acquire_lease("t2", "w2", 30)
-        ledger.claim(op.operation_id, attempt=1, worker="w2", thread_id="t2")
-        ledger.acquire_lease("t1", "w1", 30)
-        assert self.ledger().recover_in_flight(thread_id="t1", worker="w1") == []
-        self.clock.advance(31)  # w2 stopped renewing: its attempt is abandoned now
-        (recovered,) = self.ledger().recover_in_flight(thread_id="t1", worker="w1")
-        assert (recovered.state, recovered.attempt) == (_S.UNKNOWN, 1)
-
-    # ------------------------------------------ attempts cut by a death
-
-    def _die_in(self, ledger: Ledger, op: Operation, *, via_recover_attempt: bool) -> Operation:
-        """Claim ``op``'s next attempt as a worker proven gone, then recover it to UNKNOWN."""
-        claimed = ledger.claim(op.operation_id, attempt=op.attempt + 1, worker=dead_worker_id())
-        if via_recover_attempt:
-            return ledger.recover_attempt(
-                op.operation_id, attempt=claimed.attempt, worker="w9", reason="worker died"
-            )
-        (recovered,) = ledger.recover_in_flight(thread_id=op.thread_id, worker="w9")
-        return recovered
-
-    @pytest.mark.parametrize("via_recover_attempt", [False, True])
-    def test_an_attempt_whose_worker_died_is_given_back(self, via_recover_attempt: bool) -> None:
-        """An attempt cut short by its worker's death is not charged to max_attempts.
-
-        With ``max_attempts=1``, a claim by a worker proven gone, recovered to
-        UNKNOWN, leaves one attempt still to run (``recoveries`` 1, kept across a
-        reopen, named in the event), where it used to exhaust the budget.
-        """
-        ledger = self.ledger()
-        op = self.approved(ledger, make_request(budget=Budget(max_attempts=1)))
-        op = self._die_in(ledger, op, via_recover_attempt=via_recover_attempt)
-        assert (op.state, op.attempt, op.recoveries, op.attempts_allowed) == (_S.UNKNOWN, 1, 1, 2)
-        event = ledger.events(operation_id=op.operation_id)[-1]
-        assert (event.dst, event.detail["attempt_given_back"]) == (_S.UNKNOWN, True)
-        op = ledger.transition(op.operation_id, src=_S.UNKNOWN, dst=_S.RETRY_WAIT)
-        again = ledger.claim(op.operation_id, attempt=2, worker="w1")
-        assert (again.state, again.attempt, again.recoveries) == (_S.IN_FLIGHT, 2, 1)
-        assert self.ledger().get(op.operation_id) == again
-
-    def test_attempts_given_back_stop_at_max_recoveries(self) -> None:
-        """A call that kills its worker every time gets MAX_RECOVERIES attempts back, then none."""
-        ledger = self.ledger()
-        op = self.approved(ledger, make_request(budget=Budget(max_attempts=1)))
-        for n in range(1, MAX_RECOVERIES + 2):
-            op = self._die_in(ledger, op, via_recover_attempt=n % 2 == 0)
-            assert op.recoveries == min(n, MAX_RECOVERIES)
-            if op.attempt < op.attempts_allowed:
-                op = ledger.transition(op.operation_id, src=_S.UNKNOWN, dst=_S.RETRY_WAIT)
-        assert (op.state, op.attempt, op.attempts_allowed) == (
-            _S.UNKNOWN,
-            MAX_RECOVERIES + 1,
-            MAX_RECOVERIES + 1,
-        )
-        op = ledger.transition(op.operation_id, src=_S.UNKNOWN, dst=_S.RETRY_WAIT)
-        with pytest.raises(ValueError, match="budget exhausted"):
-            ledger.claim(op.operation_id, attempt=op.attempt + 1, worker="w1")
-
-    def test_an_attempt_abandoned_by_a_lapsed_lease_is_charged(self) -> None:
-        """A worker not proven gone (its lease lapsed: stopped, another host) keeps its charge."""
-        ledger = self.ledger()
-        op = self.approved(ledger, make_request(budget=Budget(max_attempts=1)))
-        ledger.acquire_lease("t1", "w2", 30)
-        ledger.claim(op.operation_id, attempt=1, worker="w2")
-        self.clock.advance(31)
-        (op,) = ledger.recover_in_flight(thread_id="t1", worker="w1")
-        assert (op.state, op.recoveries, op.attempts_allowed) == (_S.UNKNOWN, 0, 1)
-        assert "attempt_given_back" not in ledger.events(operation_id=op.operation_id)[-1].detail
-
-    def test_store_refuses_recoveries_that_do_not_grow_by_one(self) -> None:
-        """The store's guard: ``recoveries`` moves only up, one at a time."""
-        ledger = self.ledger()
-        op = self.in_flight(ledger)
-        expect = Expect(states=frozenset({_S.IN_FLIGHT}), attempt=1)
-        jump = Change(state=_S.UNKNOWN, updated_at=self.clock.now(), recoveries=2)
-        with pytest.raises(errors.LedgerError), ledger.store.transaction() as tx:
-            tx.compare_and_set(op.operation_id, expect, jump)
-        assert self.ledger().get(op.operation_id) == op
 
     # -------------------------------------------------- store primitives
 
@@ -745,9 +433,9 @@ class LedgerConformance(abc.ABC):
         self.clock.advance(1)
         second = make_request("t1:c2", args=same)
         other = make_request("t1:c3", args={"path": "b.txt", "content": "y"})
-        ledger.open(**_fields(second))
+        ledger.open(**open_fields(second))
         self.clock.advance(1)
-        ledger.open(**_fields(other))
+        ledger.open(**open_fields(other))
 
         def ids(ops: list[Operation]) -> list[str]:
             return [op.operation_id for op in ops]
@@ -771,7 +459,7 @@ class LedgerConformance(abc.ABC):
     def test_store_compare_and_set_mismatch_writes_nothing(self) -> None:
         """A compare-and-set that does not match returns None and writes nothing."""
         ledger = self.ledger()
-        op = ledger.open(**_fields(make_request()))
+        op = ledger.open(**open_fields(make_request()))
         change = Change(state=_S.APPROVED, updated_at=self.clock.now())
         with ledger.store.transaction() as tx:
             assert tx.compare_and_set(op.operation_id, Expect(states=frozenset()), change) is None
@@ -782,21 +470,10 @@ class LedgerConformance(abc.ABC):
     def test_store_transaction_rolls_back_on_error(self) -> None:
         """An exception inside a transaction discards its writes."""
         ledger = self.ledger()
-        op = ledger.open(**_fields(make_request()))
+        op = ledger.open(**open_fields(make_request()))
         with pytest.raises(RuntimeError), ledger.store.transaction() as tx:
-            tx.append_event(_note(op, self.clock))
+            tx.append_event(note_event(op, self.clock))
             assert tx.put_approval(make_approval(op, self.clock)) is WriteOnce.INSERTED
             raise RuntimeError("boom")
         assert len(ledger.events()) == 1
         assert ledger.approvals(op.operation_id) == []
-
-
-def _note(op: Operation, clock: FakeClock) -> NewEvent:
-    kind, at = EventKind.NOTE, clock.now()
-    return NewEvent(
-        operation_id=op.operation_id, kind=kind, src=None, dst=None, attempt=0, at=at, detail={}
-    )
-
-
-def _fields(req: OpenRequest) -> dict[str, Any]:
-    return {f.name: getattr(req, f.name) for f in dataclasses.fields(req)}
