@@ -1,6 +1,6 @@
 """``Agent.status`` of a thread paused at an interrupt, read in a fresh agent without ``get_state``.
 
-The cheap reading (``Agent._waiting_at_head``: ``head_state`` plus a byte scan
+The cheap reading (``ThreadReader.waiting_at_head``: ``head_state`` plus a byte scan
 for other threads' operations) must give what the full path gives, on every
 thread shape; where it is not sure it must step aside. Each case opens a fresh
 agent twice on the same directory (nothing remembered between them): once as
@@ -190,14 +190,14 @@ def _compare(opener: Opener, thread: str) -> bool:
     """Fast and full ``status`` of ``thread`` in fresh agents; whether the fast one answered."""
     answered: list[bool] = []
     with opener() as agent:
-        cheap = agent._waiting_at_head
+        cheap = agent._reader.waiting_at_head
 
         def spy(thread_id: str, head: Any) -> Any:
             found = cheap(thread_id, head)
             answered.append(found is not None)
             return found
 
-        agent._waiting_at_head = spy  # type: ignore[method-assign]
+        agent._reader.waiting_at_head = spy  # type: ignore[method-assign]
         fast = agent.status(thread)
         fast_stop = agent._stops.get(thread)
         saver = agent.graph.checkpointer
@@ -208,7 +208,7 @@ def _compare(opener: Opener, thread: str) -> bool:
             assert _task_view(state.tasks) == _task_view(snapshot.tasks)
             assert state.interrupts == snapshot.interrupts
     with opener() as agent:
-        agent._waiting_at_head = lambda thread_id, head: None  # type: ignore[method-assign]
+        agent._reader.waiting_at_head = lambda thread_id, head: None  # type: ignore[method-assign]
         full = agent.status(thread)
         full_stop = agent._stops.get(thread)
     assert fast == full

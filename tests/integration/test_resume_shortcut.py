@@ -20,7 +20,7 @@ from tests.answers._bind import bound
 from effectgate import StateDir, open_agent
 from effectgate.errors import DecisionError
 from effectgate.graph import Agent, Policy, RunStatus
-from effectgate.graph import _agent as _agent_module
+from effectgate.graph import _reading as _reading_module
 from effectgate.models import ScriptedChatModel
 
 SCRIPT = {
@@ -50,7 +50,7 @@ def _count_state_loads(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> list[An
     """Reads of the thread's state: ``get_state``, or ``status``'s cheap read of a waiting head."""
     calls: list[Any] = []
     real = agent.graph.get_state
-    real_head = _agent_module.head_state
+    real_head = _reading_module.head_state
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
@@ -61,7 +61,7 @@ def _count_state_loads(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> list[An
         return real_head(*args, **kwargs)
 
     monkeypatch.setattr(agent.graph, "get_state", counted)
-    monkeypatch.setattr(_agent_module, "head_state", counted_head)
+    monkeypatch.setattr(_reading_module, "head_state", counted_head)
     return calls
 
 
