@@ -234,3 +234,40 @@ def _finish_from(graph: Any, pending: Any) -> None:
             version="v2",
         )
         pending = out.interrupts[0] if out.interrupts else None
+
+
+@pytest.mark.parametrize("key", ["stale", "random", "plain"])
+def test_without_guard_a_resume_to_a_finished_thread_returns_having_done_nothing(
+    services: DemoServices, state_dir: StateDir, key: str
+) -> None:
+    """What docs/bring-your-own-graph.md says of an agent not wrapped in ``gate.guard``.
+
+    No node runs for a resume to a finished thread (LangGraph has no task for
+    it), so no hook of the middleware can refuse it: ``invoke`` returns the
+    state as it was, with no error. Nothing reaches the world or the ledger.
+    """
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from effectgate.middleware import EffectGateMiddleware
+
+    conn = sqlite3.connect(state_dir.checkpoints, check_same_thread=False)
+    with SqliteLedger(state_dir.ledger) as ledger:
+        gate = EffectGateMiddleware(
+            default_tools(state_dir.workspace, services.endpoints), ledger=ledger
+        )
+        graph = create_agent(
+            make_model("scripted:incident"), middleware=[gate], checkpointer=SqliteSaver(conn)
+        )
+        first = _finish(graph)
+        w = world(state_dir)
+        rows = [(op.operation_id, op.state, op.attempt) for op in ledger.list()]
+        events = len(list(ledger.events()))
+        resume: Any = {"stale": {first: APPROVE}, "random": {RANDOM: APPROVE}, "plain": APPROVE}
+        out = graph.invoke(Command(resume=resume[key]), CONFIG, version="v2")
+        assert out.interrupts == ()
+        assert (world(state_dir).tickets, world(state_dir).mails) == (w.tickets, w.mails) == (1, 1)
+        assert [(op.operation_id, op.state, op.attempt) for op in ledger.list()] == rows
+        assert len(list(ledger.events())) == events
+        assert graph.get_state(CONFIG).next == ()
+    conn.close()
