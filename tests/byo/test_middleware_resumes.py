@@ -164,3 +164,110 @@ def test_a_refused_resume_leaves_no_error_on_the_review_it_missed(
     # The review is answered by its id; one ticket.
     graph.invoke(Command(resume={again.id: APPROVE}), CONFIG, version="v2")
     assert world(state_dir).tickets == 1
+
+
+@pytest.mark.parametrize("when", ["waiting", "finished"])
+def test_an_empty_resume_is_refused_by_the_guard_before_the_run(
+    agent: tuple[Any, SqliteLedger], state_dir: StateDir, when: str
+) -> None:
+    """``Command(resume=None)`` (an empty command): the guard's own error, nothing written.
+
+    LangGraph's own loop meets it with ``UnboundLocalError`` (``resume_is_map``
+    is set only for a resume that is not None), a traceback naming no answer.
+    """
+    graph, ledger = agent
+    (pending,) = graph.invoke(
+        {"messages": [HumanMessage("handle it")]}, CONFIG, version="v2"
+    ).interrupts
+    if when == "finished":
+        _finish_from(graph, pending)
+    before = _recorded(state_dir, ledger)
+
+    with pytest.raises(UnknownInterruptError) as refused:
+        graph.invoke(Command(resume=None), CONFIG, version="v2")
+
+    message = str(refused.value)
+    assert "\n" not in message and "nothing was applied" in message
+    assert "Command(resume=None)" in message
+    if when == "waiting":
+        assert pending.id in message  # names what waits
+    assert _recorded(state_dir, ledger) == before  # no ticket, mail, ledger row or checkpoint
+    if when == "waiting":
+        # The review still waits under its id and takes its answer: one ticket.
+        assert [i.id for i in graph.get_state(CONFIG).interrupts] == [pending.id]
+        graph.invoke(Command(resume={pending.id: APPROVE}), CONFIG, version="v2")
+        assert world(state_dir).tickets == 1
+
+
+def test_an_async_empty_resume_is_refused_by_the_guard(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """``ainvoke`` (what ``langgraph dev`` runs) refuses ``Command(resume=None)`` the same way."""
+    with SqliteLedger(state_dir.ledger) as ledger:
+        graph = middleware_agent(
+            make_model("scripted:incident"),
+            default_tools(state_dir.workspace, services.endpoints),
+            ledger=ledger,
+            checkpointer=InMemorySaver(),
+        )
+
+        async def run() -> tuple[str, str]:
+            out = await graph.ainvoke({"messages": [HumanMessage("go")]}, CONFIG, version="v2")
+            with pytest.raises(UnknownInterruptError) as refused:
+                await graph.ainvoke(Command(resume=None), CONFIG, version="v2")
+            return out.interrupts[0].id, str(refused.value)
+
+        first, message = asyncio.run(run())
+        assert "Command(resume=None)" in message and first in message
+        assert world(state_dir).tickets == 0
+        assert ledger.list() == []  # the review opened no row yet; none was added
+
+
+def _finish_from(graph: Any, pending: Any) -> None:
+    """Approve ``pending`` and every review after it."""
+    out = None
+    while pending is not None:
+        n = len(pending.value["action_requests"])
+        out = graph.invoke(
+            Command(resume={pending.id: {"decisions": [{"type": "approve"}] * n}}),
+            CONFIG,
+            version="v2",
+        )
+        pending = out.interrupts[0] if out.interrupts else None
+
+
+@pytest.mark.parametrize("key", ["stale", "random", "plain"])
+def test_without_guard_a_resume_to_a_finished_thread_returns_having_done_nothing(
+    services: DemoServices, state_dir: StateDir, key: str
+) -> None:
+    """What docs/bring-your-own-graph.md says of an agent not wrapped in ``gate.guard``.
+
+    No node runs for a resume to a finished thread (LangGraph has no task for
+    it), so no hook of the middleware can refuse it: ``invoke`` returns the
+    state as it was, with no error. Nothing reaches the world or the ledger.
+    """
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from effectgate.middleware import EffectGateMiddleware
+
+    conn = sqlite3.connect(state_dir.checkpoints, check_same_thread=False)
+    with SqliteLedger(state_dir.ledger) as ledger:
+        gate = EffectGateMiddleware(
+            default_tools(state_dir.workspace, services.endpoints), ledger=ledger
+        )
+        graph = create_agent(
+            make_model("scripted:incident"), middleware=[gate], checkpointer=SqliteSaver(conn)
+        )
+        first = _finish(graph)
+        w = world(state_dir)
+        rows = [(op.operation_id, op.state, op.attempt) for op in ledger.list()]
+        events = len(list(ledger.events()))
+        resume: Any = {"stale": {first: APPROVE}, "random": {RANDOM: APPROVE}, "plain": APPROVE}
+        out = graph.invoke(Command(resume=resume[key]), CONFIG, version="v2")
+        assert out.interrupts == ()
+        assert (world(state_dir).tickets, world(state_dir).mails) == (w.tickets, w.mails) == (1, 1)
+        assert [(op.operation_id, op.state, op.attempt) for op in ledger.list()] == rows
+        assert len(list(ledger.events())) == events
+        assert graph.get_state(CONFIG).next == ()
+    conn.close()

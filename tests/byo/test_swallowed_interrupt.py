@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
@@ -108,3 +109,86 @@ def test_a_swallowed_re_review_fails_closed_naming_the_operation(
     assert "GraphBubbleUp" in text
     assert op is not None and op.state is OpState.PROPOSED
     assert world(state_dir).tickets == 0
+
+
+MAIL = {
+    "to": ["oncall@example.com"],
+    "subject": "orders error rate above 5%",
+    "body": "The order service's error rate is above 5%.",
+}
+
+
+def _two_effects(body: dict[str, Any]) -> Any:
+    if any(m.get("role") == "tool" for m in body["messages"]):
+        return chat_reply("Done.")
+    return chat_reply(
+        "Opening a ticket and paging on-call.",
+        [
+            {"name": "create_ticket", "arguments": TICKET},
+            {"name": "send_email", "arguments": MAIL},
+        ],
+    )
+
+
+class AsyncSwallow(Swallow):
+    """The same wrapper, async (what ``ainvoke`` and ``langgraph dev`` call)."""
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        self.clock.advance(timedelta(hours=2))
+        try:
+            return await handler(request)
+        except Exception as exc:  # noqa: BLE001 - the point of the test
+            self.caught.append(type(exc))
+            return ToolMessage(
+                f"tool failed: {exc!r}", tool_call_id=request.tool_call["id"], status="error"
+            )
+
+
+def test_an_async_swallowed_re_review_of_a_ticket_and_a_mail_fails_closed(
+    services: DemoServices, state_dir: StateDir
+) -> None:
+    """``ainvoke``, two effects in one review: both named, no ticket, no mail, both PROPOSED."""
+    import asyncio
+
+    from langchain.agents import create_agent
+
+    from effectgate.middleware import EffectGateMiddleware
+
+    clock = FakeClock()
+    with FakeOpenAIServer(_two_effects) as server, SqliteLedger(state_dir.ledger) as ledger:
+        gate = EffectGateMiddleware(
+            default_tools(state_dir.workspace, services.endpoints),
+            ledger=ledger,
+            clock=clock,
+            policy=Policy(approval_ttl=timedelta(hours=1)),
+        )
+        swallow = AsyncSwallow(clock)
+        graph = gate.guard(
+            create_agent(
+                make_model("openai:gpt-x", base_url=server.base_url, api_key="test", max_retries=0),
+                middleware=[swallow, gate],
+                checkpointer=InMemorySaver(),
+            )
+        )
+
+        async def run() -> tuple[list[Any], OrphanedOperationError]:
+            out = await graph.ainvoke(
+                {"messages": [HumanMessage("open a ticket and page")]}, CONFIG, version="v2"
+            )
+            (pending,) = out.interrupts
+            actions = pending.value["action_requests"]
+            approve = {"decisions": [{"type": "approve"}] * len(actions)}
+            with pytest.raises(OrphanedOperationError) as failed:
+                await graph.ainvoke(Command(resume={pending.id: approve}), CONFIG)
+            return actions, failed.value
+
+        actions, error = asyncio.run(run())
+        ops = {a["name"]: ledger.get(a["operation_id"]) for a in actions}
+    assert sorted(ops) == ["create_ticket", "send_email"]
+    assert swallow.caught == [GraphInterrupt, GraphInterrupt]
+    assert sorted(error.operation_ids) == sorted(a["operation_id"] for a in actions)
+    for name, op in ops.items():
+        assert op is not None and op.state is OpState.PROPOSED, name
+        assert f"{name} ({op.operation_id}, PROPOSED at attempt 0)" in str(error)
+    w = world(state_dir)
+    assert (w.tickets, w.mails) == (0, 0)  # the ticket service and the mail sink got nothing

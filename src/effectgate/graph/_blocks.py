@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
@@ -43,14 +43,14 @@ from langgraph.errors import GraphInterrupt
 from langgraph.graph import END, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
-from langgraph.types import Command
+from langgraph.types import Command, StateSnapshot
 
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._process import new_worker_id
 from effectgate.answers import check_resume_ids
 from effectgate.dispatch import Dispatcher
-from effectgate.errors import DecisionError
+from effectgate.errors import DecisionError, UnknownInterruptError
 from effectgate.graph._messages import pending_calls, with_call_ids, with_unique_call_ids
 from effectgate.graph._nodes import make_effect_node, make_tools_node, malformed_reason
 from effectgate.graph._policy import Policy
@@ -441,8 +441,11 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
     checkpoint first when the input is a ``Command(resume=...)``, and end the
     run with ``UnknownInterruptError`` (``refuse_resume_before_run``) when the
     thread waits on nothing or the map names an interrupt that does not wait
-    there. Nothing is written then: no run, no checkpoint, no task error.
-    Other runs are not touched. Build one with ``guard_resumes``.
+    there. An empty ``Command(resume=None)`` (no resume, update or goto), which
+    LangGraph's own loop meets with ``UnboundLocalError``, is refused the same
+    way, naming the interrupts that wait. Nothing is written then: no run, no
+    checkpoint, no task error. Other runs are not touched. Build one with
+    ``guard_resumes``.
     """
 
     def _saver(self, config: RunnableConfig | None) -> BaseCheckpointSaver[Any] | None:
@@ -456,10 +459,12 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
         """``Pregel.stream``, after the check above.
 
         Raises:
-            UnknownInterruptError: ``input`` is a resume no node could take;
-                nothing was run or written.
+            UnknownInterruptError: ``input`` is a resume no node could take,
+                or an empty ``Command``; nothing was run or written.
         """
         saver = self._saver(config)
+        if _is_empty_command(input):
+            _refuse_empty_command(self.get_state(config or {}) if saver is not None else None)
         if _is_resume(input) and saver is not None:
             head = self.get_state(config or {})
             found = saver.get_tuple(head.config)
@@ -473,10 +478,13 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
         """``Pregel.astream``, after the check above.
 
         Raises:
-            UnknownInterruptError: ``input`` is a resume no node could take;
-                nothing was run or written.
+            UnknownInterruptError: ``input`` is a resume no node could take,
+                or an empty ``Command``; nothing was run or written.
         """
         saver = self._saver(config)
+        if _is_empty_command(input):
+            empty_head = await self.aget_state(config or {}) if saver is not None else None
+            _refuse_empty_command(empty_head)
         if _is_resume(input) and saver is not None:
             head = await self.aget_state(config or {})
             found = await saver.aget_tuple(head.config)
@@ -488,6 +496,39 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
 
 def _is_resume(value: Any) -> bool:
     return isinstance(value, Command) and value.resume is not None
+
+
+def _is_empty_command(value: Any) -> bool:
+    """A ``Command`` with no resume, no update and no goto: ``Command(resume=None)``."""
+    return (
+        isinstance(value, Command)
+        and value.resume is None
+        and value.update is None
+        and not value.goto
+        and value.graph is None
+    )
+
+
+def _refuse_empty_command(head: StateSnapshot | None) -> NoReturn:
+    """Refuse ``Command(resume=None)`` before the run, naming what waits (``head``).
+
+    LangGraph's own loop meets an empty command with ``UnboundLocalError``
+    (langgraph 1.x sets ``resume_is_map`` only for a resume that is not None),
+    a traceback that names no answer.
+
+    Raises:
+        UnknownInterruptError: always; one line, naming the pending interrupt ids.
+    """
+    ids = [i.id for i in head.interrupts] if head is not None else []
+    waits = (
+        f"pending: {', '.join(ids)}; answer with Command(resume={{interrupt_id: answer}})"
+        if ids
+        else "this thread waits on no interrupt"
+    )
+    raise UnknownInterruptError(
+        "resume refused: Command(resume=None) carries no answer (no resume, update or goto); "
+        f"nothing was applied. {waits}"
+    )
 
 
 def guard_resumes(
