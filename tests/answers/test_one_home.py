@@ -30,6 +30,8 @@ RULES = [
     ("is not allowed for", answers.check_decision_allowed),
     ("a review answer must look like", answers.review_decisions),
     ("name its calls in another order", answers.check_review_answer),
+    ("must be an object, got", answers.decision_object),
+    ("needs a message: the answer for the model", answers.respond_text),
 ]
 
 

@@ -414,8 +414,7 @@ def _check_one_answer_each(entries: list[dict[str, Any]], where: str) -> None:
 
 
 def _check_entry(entry: Any, where: str) -> None:
-    if not isinstance(entry, dict):
-        raise DecisionError(f"{where}: must be an object, got {type(entry).__name__}")
+    decision_object(entry, where)  # the one shape rule: an entry is an object too
     unknown = sorted(set(entry) - _ENTRY_KEYS)
     if unknown:
         raise DecisionError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_ENTRY_KEYS)}")

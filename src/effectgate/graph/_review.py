@@ -46,6 +46,7 @@ from effectgate.answers import (
     check_decision_count,
     check_resume_ids,
     check_unkeyed_resume,
+    decision_object,
     edited_args,
     flag_text,
     flags_of,
@@ -53,6 +54,7 @@ from effectgate.answers import (
     new_flags,
     recorded_decision,
     refuse_resume_of_idle,
+    respond_text,
     review_decisions,
     review_description,
     started,
@@ -549,8 +551,7 @@ class _Decided:
 
 
 def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -> _Decided:
-    if not isinstance(decision, Mapping):
-        raise DecisionError(f"decision for {p.call.id} must be an object, got {decision!r}")
+    decision = decision_object(decision, f"decision for {p.call.id}")
     kind = decision.get("type")
     check_decision_allowed(
         kind,
@@ -585,8 +586,7 @@ def _decide_one(p: Prepared, decision: Any, *, thread_id: str, ledger: Ledger) -
     if kind == "respond":
         # HITL's "respond": the person answers the model in the tool's place;
         # nothing runs, and the ledger records it as a reject with that text.
-        if not message or not message.strip():
-            raise DecisionError(f"respond to {p.call.id} needs a message: the answer for the model")
+        message = respond_text(decision, f"respond to {p.call.id}")
         return _Decided(
             prepared=p,
             kind="reject",
