@@ -53,3 +53,24 @@ def test_a_gated_read_waits_for_review_and_a_reject_keeps_it_unread(state_dir: S
         approve = {"decisions": [{"type": "approve"}]}
         assert agent.resume("u", answers={again.interrupts[0].id: approve}).status is RunStatus.DONE
     assert ran == ["k"]
+
+
+def test_a_respond_to_a_gated_read_keeps_it_unread_and_tells_the_model(
+    state_dir: StateDir,
+) -> None:
+    """HITL's ``respond`` answers the model in the tool's place: the read does not run.
+
+    Before, the tools node acted only on ``reject``, so a ``respond`` (allowed
+    wherever ``reject`` is) ran the read it was meant to stand in for.
+    """
+    ran: list[str] = []
+    model = ScriptedChatModel.from_script(SCRIPT)
+    with open_agent(state_dir, model=model, tools=[_gated(ran)]) as agent:
+        (review,) = agent.start("peek", thread_id="t").interrupts
+        respond = {"decisions": [{"type": "respond", "message": "the secret is not for you"}]}
+        assert agent.resume("t", answers={review.id: respond}).status is RunStatus.DONE
+        state = agent.graph.get_state({"configurable": {"thread_id": "t"}}).values["messages"]
+    assert ran == []
+    (answer,) = [m for m in state if getattr(m, "tool_call_id", None)]
+    assert "the secret is not for you" in str(answer.content)
+    assert "42" not in str(answer.content)

@@ -23,7 +23,7 @@ from langgraph.types import interrupt
 from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
-from effectgate.answers import check_review_answer, review_description
+from effectgate.answers import check_review_answer, respond_text, review_description
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
 from effectgate.errors import ConfigError, DecisionError, Rejected, ToolCallError, ToolError
 from effectgate.graph._follow_up import before_follow_up, close_open_calls, follow_up_index
@@ -34,6 +34,7 @@ from effectgate.graph._messages import (
     error_message,
     pending_calls,
     rejection_message,
+    respond_message,
     unanswered_calls,
     with_call_ids,
     with_fixed_args,
@@ -144,7 +145,8 @@ def make_tools_node(specs: Mapping[str, ToolSpec]) -> Any:
 
     A read tool declared ``requires_approval=True`` is reviewed first: one
     ``interrupt()`` for every gated read of the message, before any read
-    runs; an approved read runs, a rejected one is answered "not executed".
+    runs; an approved read runs, a rejected one is answered "not executed", and
+    a ``respond`` is answered with the person's own words in the read's place.
     Reads leave no trace in the ledger, so nothing else is recorded.
     """
 
@@ -165,6 +167,16 @@ def make_tools_node(specs: Mapping[str, ToolSpec]) -> Any:
             if not spec.is_read:
                 continue
             decision = verdicts.get(call.id)
+            if decision is not None and decision.get("type") == "respond":
+                # HITL's respond: the person's words stand in for the read
+                out.append(
+                    respond_message(
+                        tool_call_id=call.id,
+                        tool=spec.name,
+                        message=respond_text(decision, f"respond to {call.id}"),
+                    )
+                )
+                continue
             if decision is not None and decision.get("type") == "reject":
                 message = decision.get("message")
                 out.append(
