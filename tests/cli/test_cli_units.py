@@ -18,6 +18,7 @@ from effectgate.cli._exit import code_for_error, code_for_status
 from effectgate.cli._session import check_failpoint, drive
 from effectgate.cli._signals import Mode, Stopper
 from effectgate.errors import (
+    ClaimLostError,
     ConfigError,
     DecisionError,
     LedgerBusyError,
@@ -33,6 +34,13 @@ from effectgate.graph import PendingInterrupt, RunResult, RunStatus
     [
         (ThreadBusyError(thread_id="t", owner="h:1:x", expires_in_s=3.0), 75),
         (LedgerBusyError("locked"), 75),
+        # fenced off mid-call: another worker took the thread over
+        (
+            ClaimLostError(
+                operation_id="o", attempt=1, current_attempt=1, current_state="SUCCEEDED"
+            ),
+            75,
+        ),
         (ConfigError("bad"), 2),
         (DecisionError("bad"), 2),
         (LedgerCorruptError("bad row"), 1),

@@ -16,7 +16,8 @@ code   name                        meaning
 5      INCOMPLETE                  stopped early (model error), or SIGINT / SIGTERM
                                    received at any point; ``effectgate resume``
                                    continues (or, if nothing started, a re-run)
-75     BUSY                        another live process holds the thread, a ledger
+75     BUSY                        another live process holds the thread (or took
+                                   this one's attempt over), a ledger
                                    lock wait timed out, or the database stayed
                                    unreachable past the retries (EX_TEMPFAIL)
 137    KILLED                      the process died at a failpoint (``--crash-at``)
@@ -29,6 +30,7 @@ import enum
 
 from effectgate._failpoints import EXIT_CODE as FAILPOINT_EXIT_CODE
 from effectgate.errors import (
+    ClaimLostError,
     ConfigError,
     DecisionError,
     EffectgateError,
@@ -55,6 +57,9 @@ class ExitCode(enum.IntEnum):
 # Most specific class first: the first ``isinstance`` match wins.
 _ERRORS: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (ThreadBusyError, ExitCode.BUSY),
+    # This process's attempt was fenced off mid-call: another worker took the
+    # thread over (its late result is kept as evidence); the thread is theirs.
+    (ClaimLostError, ExitCode.BUSY),
     # A lock wait that timed out, or a database that stayed unavailable
     # (DatabaseUnavailableError, a LedgerBusyError), is as retryable as a busy thread.
     (LedgerBusyError, ExitCode.BUSY),

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from effectgate._queue import Readiness, readiness
 from effectgate.errors import (
     CheckpointCorruptError,
+    ClaimLostError,
     ConfigError,
     LedgerBusyError,
     LedgerCorruptError,
@@ -177,6 +178,12 @@ def _take(
         result, progressed = _run_one(agent, thread_id, state, opts, notes)
     except ThreadBusyError:
         return "held"  # another worker took it between the look and the lease
+    except ClaimLostError as exc:
+        # This worker's attempt was fenced off mid-call (it was stopped past
+        # its lease and another worker took the thread over): the thread is
+        # the other worker's now; the late result is kept as a ledger note.
+        _say_once(say, noted, {"thread_id": thread_id, "fenced": str(exc)})
+        return "held"
     except ConfigError as exc:
         # This worker lacks what the thread needs (a tool it started
         # with): one thread must not stop the others. Say so, once.
