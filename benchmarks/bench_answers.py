@@ -46,8 +46,8 @@ _CHECKS: list[tuple[str, str]] = [
     ("effectgate.graph._agent", "answer_protocol.is_decided"),
     ("effectgate.graph._agent", "check_review_answer"),
     ("effectgate.graph._nodes", "check_review_answer"),
-    ("effectgate.graph._review", "recorded_decision"),
-    ("effectgate.graph._review", "check_decision_allowed"),
+    ("effectgate.graph._review_prepare", "recorded_decision"),
+    ("effectgate.graph._review_decide", "check_decision_allowed"),
 ]
 
 
