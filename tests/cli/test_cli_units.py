@@ -451,3 +451,34 @@ def test_the_cli_drops_langgraphs_missing_node_warning_only() -> None:
         logger.removeHandler(handler)
         logger.filters[:] = before
     assert seen == ["something else"]
+
+
+def test_a_run_stopped_by_a_busy_store_ends_as_busy_try_again(tmp_path: Path) -> None:
+    """A node that met a lock or a database past its retries: exit 75, not 5 (incomplete).
+
+    ``RunResult.cause`` carries the node's exception (the recovery test
+    ``test_own_attempt`` shows a real held lock producing it); ``report``
+    re-raises a ``LedgerBusyError`` so that the command ends with its one
+    "busy, try again" line, as when the store is unreachable after the run
+    too. Before, a database back before the command ended gave exit 5 with
+    the error only as a note on stdout (found by a break test).
+    """
+    from effectgate import StateDir
+    from effectgate.cli._output import Output
+    from effectgate.cli._runner import report
+
+    sd = StateDir.open(tmp_path / "state")
+    cause = LedgerBusyError("ledger x: stayed unavailable for 1 s")
+    result = RunResult(
+        thread_id="t",
+        status=RunStatus.INCOMPLETE,
+        error=f"LedgerBusyError: {cause}",
+        cause=cause,
+    )
+    with pytest.raises(LedgerBusyError) as raised:
+        report(result, sd, Output(json_mode=False))
+    assert raised.value is cause and code_for_error(raised.value) == ExitCode.BUSY
+    other = RunResult(
+        thread_id="t", status=RunStatus.INCOMPLETE, error="boom", cause=RuntimeError("boom")
+    )
+    assert report(other, sd, Output(json_mode=False)) == ExitCode.INCOMPLETE

@@ -128,6 +128,8 @@ def _stuck_in_flight(agent: Agent, world: World) -> None:
     assert agent.start("create alpha", thread_id="t1").status is RunStatus.WAITING_REVIEW
     first = agent.resume("t1", decisions=bound(agent, "t1", APPROVE))
     assert first.error is not None and LedgerBusyError.__name__ in first.error, first
+    # the exception itself, for the CLI's exit 75 ("busy, try again")
+    assert isinstance(first.cause, LedgerBusyError), first.cause
     op = agent.ledger.get(KEY)
     assert op is not None and (op.state, op.claimed_by) == (OpState.IN_FLIGHT, agent.worker)
     assert world.requests == [KEY]

@@ -44,7 +44,7 @@ from effectgate.cli._session import (
     judge_unused_verdicts,
 )
 from effectgate.cli._signals import STOPPER
-from effectgate.errors import ConfigError, DecisionError
+from effectgate.errors import ConfigError, DecisionError, LedgerBusyError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -373,10 +373,19 @@ def report(
 
     Returns:
         2 if the graph refused an answer, 5 after a signal, else the status's code.
+
+    Raises:
+        LedgerBusyError: the run stopped because a node met a ledger lock that
+            stayed taken or a database that stayed unavailable past its
+            retries (``RunResult.cause``): the command's one-line "busy, try
+            again" (exit 75), as when the store is unreachable after the run
+            too. The thread stays resumable; nothing was repeated.
     """
     if not isinstance(driven, Driven):
         driven = Driven(driven)
     result = driven.result
+    if isinstance(result.cause, LedgerBusyError) and not STOPPER.requested:
+        raise result.cause
     code = _exit_code(driven)
     external = external_counts(sd.services, sd.workspace)
     for note in result.notes:  # e.g. a lease release that failed

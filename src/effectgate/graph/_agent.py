@@ -720,5 +720,6 @@ class Agent:
                 operations=result.operations,
                 final_message=result.final_message,
                 error=error,
+                cause=seen.failure,
             )
         return result

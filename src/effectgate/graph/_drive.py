@@ -89,6 +89,7 @@ class Runs:
             # A node failed (model 5xx after its retries, a corrupt ledger row,
             # a bug). LangGraph has checkpointed the failed step, so the thread
             # stays resumable; report it instead of losing the thread's state.
+            seen.failure = exc
             return f"{type(exc).__name__}: {exc}"
         finally:
             self.controls.pop(threading.get_ident(), None)

@@ -92,6 +92,10 @@ class RunResult:
     the thread lease could not be released (it then expires by itself)."""
     already_decided: list[str] = field(default_factory=list)
     """Answers to reviews already decided the same way: the recorded outcomes, one line each."""
+    cause: Exception | None = field(default=None, compare=False, repr=False)
+    """The exception behind ``error`` when a node raised one (a model error, a
+    ``DatabaseUnavailableError`` after the store's retries), for a caller that
+    maps it (the CLI exits 75 for a ``LedgerBusyError``); ``None`` otherwise."""
 
 
 EventHook = Callable[[Mapping[str, Any]], None]
@@ -179,6 +183,8 @@ class Seen:
         self.final: str | None = None
         self.operation_ids: frozenset[str] = frozenset()
         """Operation ids named by the tool messages the run wrote."""
+        self.failure: Exception | None = None
+        """The exception a node raised, when the run stopped on one (``RunResult.cause``)."""
 
     def add(self, chunk: Mapping[str, Any]) -> None:
         """Take in one ``{node: update}`` chunk of the stream."""
