@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from langgraph.types import Command
 
 from effectgate import StateDir, open_agent
 from effectgate.errors import DecisionError
@@ -144,3 +145,29 @@ def test_a_non_object_decision_has_one_wording(state_dir: StateDir, tmp_path: Pa
         assert agent.status("t").status is RunStatus.WAITING_REVIEW
         assert agent.status("t").interrupts[0].id == review.id
     assert _files(state_dir) == {}
+
+
+def test_an_answer_to_a_review_asked_again_under_a_new_id_says_so(state_dir: StateDir) -> None:
+    """A raw client's refused answer makes the graph ask again under a new id.
+
+    An answer that then names the old id is refused, and the refusal says the
+    review may have been asked again, naming the new id; it does not say only
+    "answered elsewhere" (nobody answered it).
+    """
+    with _agent(state_dir, [[_write("a.txt", "a\n")]]) as agent:
+        (review,) = agent.start("write", thread_id="t").interrupts
+        agent.graph.invoke(
+            Command(resume={review.id: {"decisions": [{"type": "approve"}] * 2}}),
+            {"configurable": {"thread_id": "t"}},
+        )
+        (again,) = agent.status("t").interrupts
+        assert again.id != review.id
+        with pytest.raises(DecisionError) as refused:
+            agent.resume("t", answers={review.id: {"decisions": [{"type": "approve"}]}})
+        text = _one_line(str(refused.value))
+        assert f"review {review.id}, which is not pending" in text, text
+        assert "asked again under a new id" in text, text
+        assert f"pending: review {again.id}" in text, text
+        assert _files(state_dir) == {}
+        agent.resume("t", answers={again.id: {"decisions": [{"type": "approve"}]}})
+        assert _files(state_dir) == {"a.txt": "a\n"}

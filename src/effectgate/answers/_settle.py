@@ -100,6 +100,21 @@ def _answered_actions(
     return actions
 
 
+def _not_shown(what: str, pending: Sequence[PendingLike]) -> str:
+    """The refusal for an answer naming a review the thread does not show now.
+
+    The thread's recent history holds no review under that id: it was
+    answered and moved past, it was asked again under a new id (after a
+    refused answer, or because what it shows changed), or it was never a
+    review of this thread. The pending list names what waits now.
+    """
+    return (
+        f"this answer is for {what}, which is not pending (answered elsewhere, asked again "
+        f"under a new id, or not a review of this thread); this answer ran nothing. "
+        f"{describe_pending(pending)}"
+    )
+
+
 def settle_stale(
     ledger: Ledger,
     thread_id: str,
@@ -133,8 +148,10 @@ def settle_stale(
             no recorded decision, or the answer contradicts the recorded one.
     """
     decisions = answer.get("decisions")
-    actions = _answered_actions(answer, shown)
     what = f"review {interrupt_id}" if interrupt_id else "the review these decisions name"
+    if interrupt_id and shown is None:
+        raise DecisionError(_not_shown(what, pending))
+    actions = _answered_actions(answer, shown)
     if shown is not None and actions and isinstance(decisions, list):
         if len(decisions) != len(actions):
             # The thread showed this review: say what does not fit, not "never shown".
@@ -144,10 +161,7 @@ def settle_stale(
                 f"decision(s); this answer ran nothing. {describe_pending(pending)}"
             )
     elif not actions or not isinstance(decisions, list) or len(decisions) != len(actions):
-        raise DecisionError(
-            f"this answer is for {what}, which is not pending (answered elsewhere, or not a "
-            f"review of this thread); this answer ran nothing. {describe_pending(pending)}"
-        )
+        raise DecisionError(_not_shown(what, pending))
     recorded: list[tuple[str, str]] = []
     contradictions = []
     for action, decision in zip(actions, decisions, strict=True):

@@ -24,7 +24,7 @@ from langgraph.types import Send
 
 from effectgate import answers as answer_protocol
 from effectgate._recent import Recent
-from effectgate.errors import ConfigError, DecisionError
+from effectgate.errors import ConfigError
 from effectgate.graph._results import (
     OPERATION_KEY,
     OPERATION_KEY_RE,
@@ -362,12 +362,6 @@ class ThreadReader:
                 or contradicts the decision recorded for it.
         """
         shown = self.shown_under(thread_id, interrupt_id) if interrupt_id else None
-        if interrupt_id and shown is None:
-            raise DecisionError(
-                f"this answer is for review {interrupt_id}, which is not pending (answered "
-                f"elsewhere, or not a review of this thread); nothing ran. "
-                f"{answer_protocol.describe_pending(pending)}"
-            )
         return answer_protocol.settle_stale(
             self.ledger, thread_id, answer, shown, interrupt_id=interrupt_id, pending=pending
         )
