@@ -79,7 +79,13 @@ def test_a_worker_killed_at_a_seam_has_its_thread_finished_by_another(
         assert a.returncode == EXIT_CODE, err_a[-2000:]
         with PostgresLedger(postgres_url) as ledger:
             left = ledger.list(states=[OpState.IN_FLIGHT])
-        assert [op.tool for op in left] == ["send_email"]  # the kill left one attempt open
+        # The kill left the mail's attempt open. Its sibling in the same superstep
+        # (write_file: turn 2 makes both calls in one message, run as parallel
+        # effect nodes) may be in flight too when the machine is loaded.
+        assert "send_email" in [op.tool for op in left], left
+        assert {op.tool for op in left} <= {"send_email", "write_file"}, left
+        left = [op for op in left if op.tool == "send_email"]
+        assert len(left) == 1, left
         b = _worker(sd, "--processes", "2")
         out_b, err_b = b.communicate(timeout=300)
         assert b.returncode == 0, err_b[-2000:]
