@@ -34,6 +34,12 @@ is ``PostgresSaver``'s own, done by the server), but it has ``head()``, as
 interrupts while the thread's head is unchanged) then skips reloading the
 whole state. ``head()`` reads the database each time, in one statement, so a
 head moved by any other worker is seen.
+
+Every statement effectgate sends to the PostgreSQL checkpoint tables is in
+this module: the saver's head query, the tables' set-up and migrations
+(``setup_checkpoint_tables``), and what retention counts, deletes, guards
+and vacuums there (``PostgresCheckpoints``, a ``CheckpointStore``; its
+SQLite twin is ``effectgate.graph._sqlite_checkpoints``).
 """
 
 from __future__ import annotations
