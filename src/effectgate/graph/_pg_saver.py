@@ -34,6 +34,12 @@ is ``PostgresSaver``'s own, done by the server), but it has ``head()``, as
 interrupts while the thread's head is unchanged) then skips reloading the
 whole state. ``head()`` reads the database each time, in one statement, so a
 head moved by any other worker is seen.
+
+Every statement effectgate sends to the PostgreSQL checkpoint tables is in
+this module: the saver's head query, the tables' set-up and migrations
+(``setup_checkpoint_tables``), and what retention counts, deletes, guards
+and vacuums there (``PostgresCheckpoints``, a ``CheckpointStore``; its
+SQLite twin is ``effectgate.graph._sqlite_checkpoints``).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -54,11 +61,21 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from effectgate.errors import ConfigError
-from effectgate.graph._checkpoint_stores import deleted_for_good
+from effectgate.graph._checkpoint_stores import (
+    GUARD_TABLE,
+    CheckpointStore,
+    Counted,
+    Vacuum,
+    ledger_sizes,
+    vacuum_ledger,
+)
 from effectgate.graph._saver import _UNREADABLE, _AsyncInThreads, _checked, _damaged
 from effectgate.ledger._postgres import check_connection, redacted, retry_transient
+from effectgate.ledger._postgres_upkeep import pg_vacuum
 
 __all__ = [
+    "PG_GUARD_FUNCTION",
+    "PostgresCheckpoints",
     "StepDurablePostgresSaver",
     "check_checkpoint_tables",
     "open_postgres_saver",
@@ -160,7 +177,11 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
         Retried on a transient error (recording the guard and deleting the
         rows again is harmless).
         """
-        self._retrying(lambda: deleted_for_good(self, thread_id))
+        self._retrying(
+            lambda: PostgresCheckpoints(self, None).delete_thread(  # type: ignore[arg-type]
+                thread_id, datetime.now(UTC)
+            )
+        )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """``PostgresSaver.get_tuple``; a row whose bytes cannot be read back is reported as damage.
@@ -445,3 +466,203 @@ def open_postgres_saver(
         yield StepDurablePostgresSaver(pool, retry_for=retry_s, where=redacted(dsn))
     finally:
         pool.close()
+
+
+# ------------------------------------------------------------------ retention
+
+PG_GUARD_FUNCTION = "effectgate_refuse_deleted_thread"
+"""The trigger function, in the checkpoint database, behind the late-writer guard."""
+
+_PG_CHECKPOINT_TABLES = ("checkpoints", "checkpoint_writes", "checkpoint_blobs")
+_PG_GUARD_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtext('effectgate.prune.guard'))",
+    f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} "
+    "(thread_id text PRIMARY KEY, deleted_at text NOT NULL)",
+    f"""CREATE OR REPLACE FUNCTION {PG_GUARD_FUNCTION}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM {GUARD_TABLE} d WHERE d.thread_id = NEW.thread_id) THEN
+                RAISE EXCEPTION 'effectgate: this thread was deleted (%)', NEW.thread_id
+                    USING ERRCODE = 'check_violation';
+            END IF;
+            RETURN NEW;
+        END $$""",
+    *(
+        f"CREATE OR REPLACE TRIGGER {GUARD_TABLE}_{table} BEFORE INSERT ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION {PG_GUARD_FUNCTION}()"
+        for table in _PG_CHECKPOINT_TABLES
+    ),
+)
+"""The late-writer guard on PostgreSQL: the SQLite triggers' equivalent, on all three tables.
+
+A ``BEFORE INSERT`` row trigger also fires for ``INSERT ... ON CONFLICT DO
+UPDATE``, the upsert ``PostgresSaver`` writes with.
+"""
+
+_PG_RELATION_BYTES = (
+    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relkind = 'r' AND n.nspname = current_schema() AND c.relname = ANY(%s)"
+)
+
+
+class PostgresCheckpoints(CheckpointStore):
+    """The checkpoint tables of a ``PostgresSaver`` (``checkpoints``, ``_writes``, ``_blobs``).
+
+    Sizes are ``pg_total_relation_size`` (table, TOAST and indexes) of the
+    tables in the connection's schema. ``vacuum="full"`` ends with ``VACUUM
+    (FULL, ANALYZE)`` of the touched tables (it rewrites them and gives the
+    space back to the operating system, under an exclusive lock while it
+    runs); ``"incremental"`` with ``VACUUM (ANALYZE)`` (the space is reused by
+    later rows, no exclusive lock); ``"none"`` with nothing.
+    """
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        conn = self.saver.conn
+        if hasattr(conn, "connection"):  # a pool
+            with conn.connection() as own:
+                yield own
+        else:
+            with self.saver.lock:
+                yield conn
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        from psycopg.rows import tuple_row
+
+        with self._conn() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    def threads(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT thread_id FROM checkpoints")]
+
+    def groups(self) -> list[tuple[str, str]]:
+        rows = self._rows("SELECT DISTINCT thread_id, checkpoint_ns FROM checkpoints")
+        return [(r[0], r[1]) for r in rows]
+
+    def lineage(self, thread_id: str, ns: str) -> list[tuple[str, str | None]]:
+        rows = self._rows(
+            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
+            "WHERE thread_id = %s AND checkpoint_ns = %s ORDER BY checkpoint_id DESC",
+            (thread_id, ns),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def self_contained(self, thread_id: str, ns: str, cid: str, channels: set[str]) -> set[str]:
+        # PostgresSaver keeps a primitive value, and the marker of a delta
+        # channel's snapshot, inline; other values in a blob at the channel's
+        # version. A delta channel's plain step has neither: its reads replay.
+        if not channels:
+            return set()
+        found = self._rows(
+            "SELECT c.checkpoint -> 'channel_values', c.checkpoint -> 'channel_versions', "
+            "ARRAY(SELECT b.channel FROM checkpoint_blobs b "
+            "      WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns "
+            "      AND b.channel = ANY(%s) AND b.type <> 'empty' "
+            "      AND b.version = c.checkpoint -> 'channel_versions' ->> b.channel) "
+            "FROM checkpoints c "
+            "WHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s",
+            (sorted(channels), thread_id, ns, cid),
+        )
+        if not found:
+            return set()
+        values, versions, blobs = found[0]
+        values, versions = values or {}, versions or {}
+        return {ch for ch in channels if ch in values or ch in blobs or ch not in versions}
+
+    def _count(self, thread_id: str, ns: str | None, ids: Sequence[str] | None) -> Counted:
+        where = "thread_id = %s"
+        params: list[Any] = [thread_id]
+        if ns is not None and ids is not None:
+            where += " AND checkpoint_ns = %s AND checkpoint_id = ANY(%s)"
+            params += [ns, list(ids)]
+        ((n_c, b_c),) = self._rows(
+            "SELECT COUNT(*), COALESCE(SUM(pg_column_size(checkpoint) "
+            f"+ pg_column_size(metadata)), 0) FROM checkpoints WHERE {where}",
+            params,
+        )
+        ((n_w, b_w),) = self._rows(
+            "SELECT COUNT(*), COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_writes "
+            f"WHERE {where}",
+            params,
+        )
+        return int(n_c), int(n_w), int(b_c) + int(b_w)
+
+    def count_thread(self, thread_id: str) -> Counted:
+        n_c, n_w, b = self._count(thread_id, None, None)
+        ((b_b,),) = self._rows(
+            "SELECT COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_blobs "
+            "WHERE thread_id = %s",
+            (thread_id,),
+        )
+        return n_c, n_w, b + int(b_b)
+
+    _guarded = False
+    """Whether this prune has set up the guard (once: it is DDL, and locks each table)."""
+
+    def delete_thread(self, thread_id: str, at: datetime) -> None:
+        with self._conn() as conn, conn.transaction():
+            if not self._guarded:
+                for sql in _PG_GUARD_SQL:
+                    conn.execute(sql)
+            conn.execute(
+                f"INSERT INTO {GUARD_TABLE} (thread_id, deleted_at) VALUES (%s, %s) "
+                "ON CONFLICT (thread_id) DO NOTHING",
+                (thread_id, at.isoformat()),
+            )
+            for table in _PG_CHECKPOINT_TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+        self._guarded = True
+
+    def drop(self, thread_id: str, ns: str, ids: Sequence[str], *, dry_run: bool) -> Counted:
+        n_c, n_w, b = self._count(thread_id, ns, ids)
+        # Blobs are shared by version: one goes when no kept checkpoint of the
+        # namespace names it in its channel_versions.
+        garbage = (
+            "SELECT b.channel, b.version, COALESCE(octet_length(b.blob), 0) "
+            "FROM checkpoint_blobs b WHERE b.thread_id = %s AND b.checkpoint_ns = %s "
+            "AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = b.thread_id "
+            "  AND c.checkpoint_ns = b.checkpoint_ns AND c.checkpoint_id = ANY(%s) "
+            "  AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version) "
+            "AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = b.thread_id "
+            "  AND c.checkpoint_ns = b.checkpoint_ns AND c.checkpoint_id <> ALL(%s) "
+            "  AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)"
+        )
+        params = (thread_id, ns, list(ids), list(ids))
+        if dry_run:
+            freed = self._rows(garbage, params)
+            return n_c, n_w, b + sum(int(r[2]) for r in freed)
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            from psycopg.rows import tuple_row
+
+            cur.row_factory = tuple_row  # type: ignore[assignment]
+            cur.execute(garbage, params)
+            freed = list(cur.fetchall())
+            for channel, version, _ in freed:
+                cur.execute(
+                    "DELETE FROM checkpoint_blobs WHERE thread_id = %s AND checkpoint_ns = %s "
+                    "AND channel = %s AND version = %s",
+                    (thread_id, ns, channel, version),
+                )
+            cur.execute(
+                "DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = %s "
+                "AND checkpoint_id = ANY(%s)",
+                (thread_id, ns, list(ids)),
+            )
+            cur.execute(
+                "DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s "
+                "AND checkpoint_id = ANY(%s)",
+                (thread_id, ns, list(ids)),
+            )
+        return n_c, n_w, b + sum(int(r[2]) for r in freed)
+
+    def sizes(self) -> dict[str, int]:
+        ((total,),) = self._rows(_PG_RELATION_BYTES, ([*_PG_CHECKPOINT_TABLES, GUARD_TABLE],))
+        return {"checkpoints": int(total)} | ledger_sizes(self.ledger)
+
+    def vacuum(self, mode: Vacuum, wait_s: float) -> None:
+        if mode != "none":
+            with self._conn() as conn:
+                pg_vacuum(conn, mode, _PG_CHECKPOINT_TABLES, wait_s)
+        vacuum_ledger(self.ledger, mode, wait_s)

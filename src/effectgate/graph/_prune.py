@@ -58,7 +58,6 @@ from effectgate.graph._checkpoint_stores import (
     CheckpointStore,
     Counted,
     Vacuum,
-    checkpoint_store,
     is_lock_timeout,
 )
 from effectgate.graph._state import RunStatus
@@ -254,6 +253,35 @@ def prune(agent: Agent, policy: PrunePolicy, *, dry_run: bool = False) -> PruneR
     report.files = {name: {"before": before[name], "after": after[name]} for name in before}
     report.seconds = time.perf_counter() - started
     return report
+
+
+def checkpoint_store(saver: Any, ledger: Ledger) -> CheckpointStore:
+    """The store of ``saver``'s checkpoints: SQLite or PostgreSQL.
+
+    The PostgreSQL one (``effectgate.graph._pg_saver``) is imported only for a
+    PostgreSQL saver, so an SQLite run never loads psycopg.
+
+    Raises:
+        ConfigError: ``saver`` is neither an SQLite nor a PostgreSQL saver.
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    if isinstance(saver, SqliteSaver):
+        from effectgate.graph._sqlite_checkpoints import SqliteCheckpoints
+
+        return SqliteCheckpoints(saver, ledger)
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+    except ImportError:  # pragma: no cover - without the postgres extra
+        PostgresSaver = None  # type: ignore[assignment,misc]
+    if PostgresSaver is not None and isinstance(saver, PostgresSaver):
+        from effectgate.graph._pg_saver import PostgresCheckpoints
+
+        return PostgresCheckpoints(saver, ledger)
+    raise ConfigError(
+        "prune needs an SQLite (StepDurableSaver) or PostgreSQL (StepDurablePostgresSaver) "
+        f"checkpointer, not {type(saver).__name__}"
+    )
 
 
 def _why_not(agent: Agent, thread_id: str) -> str | None:

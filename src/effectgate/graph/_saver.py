@@ -48,6 +48,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -74,7 +75,7 @@ from langgraph.types import Interrupt, PregelTask
 
 from effectgate._recent import Recent
 from effectgate.errors import CheckpointCorruptError
-from effectgate.graph._checkpoint_stores import deleted_for_good
+from effectgate.graph._sqlite_checkpoints import SqliteCheckpoints
 
 __all__ = ["HeadState", "StepDurableSaver", "head_state"]
 
@@ -343,7 +344,7 @@ class StepDurableSaver(_AsyncInThreads, SqliteSaver):
         checkpoint or task write; that write raises instead. The thread id is
         not usable again.
         """
-        deleted_for_good(self, thread_id)
+        SqliteCheckpoints(self, None).delete_thread(thread_id, datetime.now(UTC))  # type: ignore[arg-type]
         self._lineage.clear()
 
     def forget_lineage(self) -> None:
