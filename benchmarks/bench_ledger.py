@@ -36,9 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from effectgate._clock import SystemClock
-from effectgate._intent import intent_hash
-from effectgate._process import new_worker_id
+from effectgate.graph import new_worker_id
 from effectgate.ledger import (
     Approval,
     Budget,
@@ -49,6 +47,7 @@ from effectgate.ledger import (
     SqliteLedger,
 )
 from effectgate.ledger import _codec as codec
+from effectgate.tools import intent_hash
 
 RESULTS = Path(__file__).parent / "results"
 IN_FLIGHT_ROWS = 10
@@ -110,7 +109,7 @@ class LedgerPath:
     """One operation's ledger path; ``count()`` tallies its commits with a trace callback."""
 
     def __init__(self, path: Path) -> None:
-        self.ledger = SqliteLedger(path, clock=SystemClock())
+        self.ledger = SqliteLedger(path)  # the wall clock by default
         self.n = 0
         self.commits = 0
         self.normal_commits = 0

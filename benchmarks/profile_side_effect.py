@@ -84,7 +84,8 @@ def instrumented(savers: list[Any]) -> Iterator[None]:
     calling ``super()`` is not counted twice); the ledger's store, reader and
     transaction classes per method.
     """
-    from effectgate.ledger._sqlite import SqliteLedgerStore, _Reader, _Transaction
+    from effectgate.ledger import SqliteLedgerStore
+    from effectgate.ledger._sqlite import _Reader, _Transaction
 
     undo: list[Callable[[], None]] = []
     for saver in savers:

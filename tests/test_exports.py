@@ -79,6 +79,7 @@ MODULES = [
     "effectgate.dispatch",
     "effectgate.models",
     "effectgate.demo",
+    "effectgate.testing",
 ]
 
 

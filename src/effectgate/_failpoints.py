@@ -36,7 +36,15 @@ _ACTIONS = ("exit", "stop")
 
 
 class Failpoint(enum.StrEnum):
-    """The seams, in the order a side effect passes them."""
+    """The seams, in the order a side effect passes them.
+
+    Public as ``effectgate.testing.Failpoint``. A member's value is the
+    ``EFFECTGATE_FAILPOINT`` setting: ``f"{Failpoint.AFTER_EXTERNAL_COMMIT}"``,
+    ``f"{...}@<tool>"`` for one tool's effect (the seams where ``per_tool`` is
+    true), ``f"{...}#<n>"`` for the n-th time. The process killed there exits
+    with ``EXIT_CODE`` (``effectgate.cli.ExitCode.KILLED``, 137); an unknown
+    name or tool is refused with ``ConfigError`` before any I/O (``check``).
+    """
 
     AFTER_REVIEW_RECORDED = "AFTER_REVIEW_RECORDED"
     """Review decisions and approvals are in the ledger; the checkpoint is not."""

@@ -6,7 +6,7 @@ from langgraph.types import interrupt
 from pydantic import BaseModel
 
 from effectgate import StateDir
-from effectgate.cli._loader import AgentRecipe
+from effectgate.cli import AgentRecipe
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
 
 SCRIPT = {

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from effectgate import StateDir, default_tools
-from effectgate.cli._loader import AgentRecipe
+from effectgate.cli import AgentRecipe
 from effectgate.errors import OutcomeUnknown
 from effectgate.graph import Policy
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from effectgate import StateDir
-from effectgate.cli._loader import AgentRecipe
+from effectgate.cli import AgentRecipe
 from effectgate.errors import OutcomeUnknown
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
 

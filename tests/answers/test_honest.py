@@ -126,7 +126,7 @@ def test_dispatcher_apply_verdict_validates(state_dir: StateDir) -> None:
 
 
 def _parked(ledger: SqliteLedger | Any) -> None:
-    from effectgate._intent import intent_hash as compute_intent_hash
+    from effectgate.tools import intent_hash as compute_intent_hash
 
     args = {"command": "true"}
     ihash = compute_intent_hash("run_shell", "1", args)

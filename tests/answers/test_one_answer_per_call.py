@@ -11,8 +11,7 @@ from langgraph.types import Command, Send
 
 from effectgate import StateDir, open_agent
 from effectgate.errors import ConfigError
-from effectgate.graph import Policy, RunStatus
-from effectgate.graph._state import EffectTask
+from effectgate.graph import EffectTask, Policy, RunStatus
 from effectgate.models import ScriptedChatModel
 
 SCRIPT = {

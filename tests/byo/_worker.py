@@ -21,10 +21,11 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
 from effectgate import StateDir, default_tools
+from effectgate.demo.services import published_endpoints
 from effectgate.graph import StepDurableSaver
 from effectgate.ledger import SqliteLedger
 from effectgate.models import make_model
-from effectgate.testing.worker import DEFAULT_TASK, _endpoints
+from effectgate.testing.worker import DEFAULT_TASK
 from tests.byo import _agents
 
 VARIANTS = ("graph", "subgraph", "middleware", "hitl")
@@ -33,7 +34,7 @@ VARIANTS = ("graph", "subgraph", "middleware", "hitl")
 def build(variant: str, sd: StateDir, ledger: SqliteLedger, saver: StepDurableSaver) -> Any:
     """The compiled agent of one variant, on the state directory's files."""
     model = make_model("scripted:incident")
-    tools = default_tools(sd.workspace, _endpoints(sd))
+    tools = default_tools(sd.workspace, published_endpoints(sd.services))
     if variant == "graph":
         return _agents.user_graph(model, tools, ledger=ledger, checkpointer=saver)
     if variant == "subgraph":

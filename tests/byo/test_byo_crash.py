@@ -15,9 +15,10 @@ from __future__ import annotations
 import pytest
 
 from effectgate import StateDir
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, SqliteLedger
+from effectgate.testing import Failpoint
 from effectgate.testing.campaign import EFFECTGATE_SEAMS
 from effectgate.testing.oracle import checkpoint_problems, world
 from tests.byo.conftest import all_checkpoint_problems, run_byo
@@ -81,7 +82,7 @@ def test_kill_at_seam_then_resume(
 ) -> None:
     """Killed at a seam, finished by a new process: the external systems saw each write once."""
     first = run_byo(state_dir, variant, "t1", failpoint=seam)
-    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    assert first.returncode == ExitCode.KILLED, first.stderr[-2000:]
     second = run_byo(state_dir, variant, "t1")
     assert second.returncode == 0, second.stderr[-2000:]
     assert_done_once(state_dir, "t1")
@@ -98,7 +99,7 @@ def test_plain_hitl_agent_writes_twice_after_a_kill(
     variant ``middleware``); it shows the comparison is not vacuous.
     """
     first = run_byo(state_dir, "hitl", "t1", kill_after=tool)
-    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    assert first.returncode == ExitCode.KILLED, first.stderr[-2000:]
     second = run_byo(state_dir, "hitl", "t1")
     assert second.returncode == 0, second.stderr[-2000:]
     w = world(state_dir)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._failpoints import Failpoint
+from effectgate.testing import Failpoint
 from tests.cli.conftest import EXPECTED_NOTE, NOTE, Ran, eg, world
 
 

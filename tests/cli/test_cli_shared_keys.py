@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from effectgate._process import new_worker_id
+from effectgate.graph import new_worker_id
 from tests.cli.conftest import eg, world
 
 KEY = "ticket:orders-error-rate"

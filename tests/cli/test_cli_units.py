@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from effectgate._failpoints import Failpoint
 from effectgate.cli import ExitCode
 from effectgate.cli._decisions import BlanketDecisions, FileDecisions, load_decisions_file
 from effectgate.cli._exit import code_for_error, code_for_status
@@ -27,6 +26,7 @@ from effectgate.errors import (
     ToolCallError,
 )
 from effectgate.graph import PendingInterrupt, RunResult, RunStatus
+from effectgate.testing import Failpoint
 
 
 @pytest.mark.parametrize(

@@ -43,12 +43,12 @@ from tests.conformance._experiments import (
 from tests.conftest import run_worker, worker_cmd
 
 from effectgate import StateDir
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.dispatch import Dispatcher, DispatchStatus
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import Budget, EventKind, OpState, SqliteLedger
-from effectgate.testing import FakeClock
+from effectgate.testing import Failpoint, FakeClock
 from effectgate.testing.oracle import checkpoint_problems, world
 
 S = OpState
@@ -82,7 +82,9 @@ def test_crash_before_the_tool_is_sent(
 ) -> None:
     """Killed before sending -> at most one effect, and only if approved."""
     model = script_model(tmp_path, ticket_script())
-    assert run_worker(state_dir, "t1", model=model, failpoint=failpoint).returncode == EXIT_CODE
+    assert (
+        run_worker(state_dir, "t1", model=model, failpoint=failpoint).returncode == ExitCode.KILLED
+    )
     assert services.stats("tickets")["create_requests"] == 0
     resumed = run_worker(state_dir, "t1", model=model, approve=approve_again)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -142,7 +144,7 @@ def test_crash_after_remote_success_before_the_receipt(
 ) -> None:
     """Remote success, receipt not written: UNKNOWN, then reconciled; no second ticket or mail."""
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@{tool}"
-    assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
+    assert run_worker(state_dir, "t1", failpoint=spec).returncode == ExitCode.KILLED
     with SqliteLedger(state_dir.ledger) as ledger:
         (left,) = ledger.list(tool=tool)
     assert (left.state, left.attempt, left.receipt) == (S.IN_FLIGHT, 1, None)
@@ -166,7 +168,7 @@ def test_crash_after_the_receipt_before_the_state_update(
     """Receipt written, state not reduced: in the ledger, not the checkpoint -> reused, no call."""
     model = script_model(tmp_path, ticket_script())
     spec = f"{Failpoint.AFTER_LEDGER_RESULT}@create_ticket"
-    assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == EXIT_CODE
+    assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == ExitCode.KILLED
     stored = read_op(state_dir.ledger)
     assert (stored.state, stored.attempt) == (S.SUCCEEDED, 1)
     resumed = run_worker(state_dir, "t1", model=model)

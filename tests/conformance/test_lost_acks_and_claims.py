@@ -49,12 +49,13 @@ from tests.conformance._experiments import (
 from tests.conftest import run_worker
 
 from effectgate import StateDir
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.dispatch import Dispatcher, DispatchStatus, Verdict
 from effectgate.errors import ClaimLostError, OutcomeUnknown
 from effectgate.graph import RunStatus
 from effectgate.ledger import OpState, SqliteLedger
+from effectgate.testing import Failpoint
 from effectgate.tools import ToolContext, ToolResult
 
 S = OpState
@@ -114,7 +115,7 @@ def test_marking_done_before_sending_loses_the_task(
     # effectgate dies at the same point: intent durable, nothing sent yet.
     model = script_model(tmp_path, ticket_script())
     spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@create_ticket"
-    assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == EXIT_CODE
+    assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == ExitCode.KILLED
     left = read_op(state_dir.ledger)
     assert (left.state, left.attempt) == (S.IN_FLIGHT, 1)  # not "done": outcome unknown
     assert services.stats("tickets")["create_requests"] == 0
@@ -192,7 +193,7 @@ def test_sender_dies_after_receiving_before_recording(
     args = runner_args(state_dir, "t1", model) + (["--keyed-only"] if keyed_only else [])
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket"
     crashed = run_py("runner_main", *args, failpoint=spec)
-    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    assert crashed.returncode == ExitCode.KILLED, crashed.stderr[-2000:]
     (first,) = services.tickets()
     resumed = run_py("runner_main", *args)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -325,7 +326,7 @@ def test_non_idempotent_external_ledger_stays_unknown(
     raw = {"entry": "refund order 42"}
     args = dispatch_args(path, "ext_append", db, raw)
     crashed = run_py("dispatch_main", *args, failpoint=f"{failpoint}@ext_append")
-    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    assert crashed.returncode == ExitCode.KILLED, crashed.stderr[-2000:]
     assert len(external_rows(db)) == rows_at_crash  # the truth differs...
 
     call = effect_call(spec, raw)

@@ -35,12 +35,13 @@ from tests.conformance._experiments import (
 from tests.conftest import run_worker
 
 from effectgate import StateDir, open_agent
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Verdict
 from effectgate.errors import LedgerCorruptError
 from effectgate.graph import RunStatus
 from effectgate.ledger import OpState, Receipt, SqliteLedger
+from effectgate.testing import Failpoint
 from effectgate.tools import file_tools
 
 S = OpState
@@ -65,7 +66,7 @@ def test_crash_between_tool_done_and_receipt_written(
     """The tool finished, the receipt was never written -> query, else a human."""
     model = script_model(tmp_path, ticket_script())
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket"
-    assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == EXIT_CODE
+    assert run_worker(state_dir, "t1", model=model, failpoint=spec).returncode == ExitCode.KILLED
     crashed = read_op(state_dir.ledger)
     assert (crashed.state, crashed.attempt, crashed.receipt) == (S.IN_FLIGHT, 1, None)
     (ticket,) = services.tickets()
@@ -105,7 +106,7 @@ def test_crash_between_temp_receipt_and_atomic_replace(tmp_path: Path) -> None:
     raw = {"path": NOTE, "content": NOTE_TEXT}
     args = dispatch_args(path, "write_file", workspace, raw)
     crashed = run_py("dispatch_main", *args, "--die-before-replace")
-    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    assert crashed.returncode == ExitCode.KILLED, crashed.stderr[-2000:]
     assert _visible_files(workspace) == {}  # the temp file exists, the target does not
     temps = list(workspace.rglob(".effectgate-*.tmp"))
     assert [t.read_bytes() for t in temps] == [NOTE_TEXT.encode()]

@@ -43,13 +43,13 @@ from tests.conformance._experiments import (
 from tests.conftest import run_worker
 
 from effectgate import StateDir, open_agent
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.dispatch import Dispatcher, DispatchStatus, Verdict
 from effectgate.errors import DecisionError, Rejected
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import Budget, EventKind, OpState, SqliteLedger
-from effectgate.testing import FakeClock
+from effectgate.testing import Failpoint, FakeClock
 from effectgate.testing.oracle import world
 from effectgate.tools import ToolContext
 
@@ -117,7 +117,7 @@ def test_4_6_crash_after_commit_recovers_in_a_new_process(
     model = script_model(tmp_path, ticket_script())
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@create_ticket"
     crashed = run_worker(state_dir, "t1", model=model, failpoint=spec)
-    assert crashed.returncode == EXIT_CODE, crashed.stderr[-2000:]
+    assert crashed.returncode == ExitCode.KILLED, crashed.stderr[-2000:]
     left = read_op(state_dir.ledger)
     assert (left.state, left.attempt) == (S.IN_FLIGHT, 1)
     assert len(services.tickets()) == 1

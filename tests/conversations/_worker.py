@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from effectgate import StateDir, open_agent
+from effectgate.demo.services import published_endpoints
 from effectgate.graph import Agent, RunStatus
 from effectgate.models import ScriptedChatModel
-from effectgate.testing.worker import _endpoints
 from tests.conversations._scripts import CONVERSATION, TASK, approve_all
 
 
@@ -38,7 +38,7 @@ def main() -> int:
         Agent._apply_turn = lambda *a, **k: os._exit(137)  # type: ignore[method-assign]
     sd = StateDir.open(args.state_dir)
     model = ScriptedChatModel.from_script(CONVERSATION)
-    with open_agent(sd, model=model, endpoints=_endpoints(sd)) as agent:
+    with open_agent(sd, model=model, endpoints=published_endpoints(sd.services)) as agent:
         if args.resume:
             result = agent.resume(args.thread)
         else:

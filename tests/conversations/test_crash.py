@@ -10,10 +10,11 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from effectgate import StateDir, open_agent
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.graph import RunStatus, history_problems
 from effectgate.ledger import OpState, SqliteLedger
+from effectgate.testing import Failpoint
 from effectgate.testing.oracle import checkpoint_problems, world
 from tests.conversations._scripts import ALSO_LEAD, TASK
 
@@ -74,7 +75,7 @@ def test_starting_again_after_a_kill_at_a_seam_resumes_the_thread(
 ) -> None:
     """A client that repeats its start after a kill continues the one thread: 1 ticket, 1 mail."""
     first = _worker(state_dir, failpoint=spec)
-    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    assert first.returncode == ExitCode.KILLED, first.stderr[-2000:]
     again = _worker(state_dir)  # Agent.start only, never resume
     assert again.returncode == 0, (again.stdout, again.stderr[-2000:])
     w = world(state_dir)
@@ -101,7 +102,7 @@ def test_a_kill_mid_turn_is_finished_by_resume(services: DemoServices, state_dir
     """Killed after turn 2's mail reached the sink: resume finds it, sends nothing twice."""
     spec = f"{Failpoint.AFTER_EXTERNAL_COMMIT}@send_email#2"
     first = _worker(state_dir, "--send", ALSO_LEAD, failpoint=spec)
-    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    assert first.returncode == ExitCode.KILLED, first.stderr[-2000:]
     assert world(state_dir).mails == 2  # the lead's mail went out before the kill
     done = _worker(state_dir, "--resume")
     assert done.returncode == 0, (done.stdout, done.stderr[-2000:])
@@ -122,7 +123,7 @@ def test_a_turn_recorded_but_not_yet_added_is_added_exactly_once(
     request (same request id), as a client whose first attempt timed out would.
     """
     first = _worker(state_dir, "--send", ALSO_LEAD, "--die-after-recording-turn")
-    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    assert first.returncode == ExitCode.KILLED, first.stderr[-2000:]
     assert world(state_dir).mails == 1 and _humans(state_dir) == [TASK]
     with open_agent(state_dir, model="scripted:incident") as agent:
         status = agent.status("c")

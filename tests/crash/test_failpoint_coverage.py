@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from effectgate._failpoints import Failpoint
+from effectgate.testing import Failpoint
 
 
 def test_every_failpoint_has_a_crash_test() -> None:

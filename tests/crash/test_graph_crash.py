@@ -13,9 +13,10 @@ import subprocess
 import pytest
 
 from effectgate import StateDir
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import Ledger, OpState, SqliteLedger
+from effectgate.testing import Failpoint
 from effectgate.testing.oracle import checkpoint_problems, world
 from tests.conftest import run_worker, worker_cmd
 
@@ -92,7 +93,7 @@ def test_kill_at_seam_then_resume(
     through ``astart``/``aresume`` (the same guarantees).
     """
     first = run_worker(state_dir, "t1", failpoint=spec, api=api)
-    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    assert first.returncode == ExitCode.KILLED, first.stderr[-2000:]
     second = run_worker(state_dir, "t1", api=api)
     assert second.returncode == 0, (second.summary, second.stderr[-2000:])
     assert_incident_done_once(state_dir, "t1")
@@ -119,7 +120,7 @@ def test_kills_inside_one_call_do_not_spend_its_attempt_budget(
     spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@{tool}"
     for _ in range(4):
         killed = run_worker(state_dir, "t1", failpoint=spec)
-        assert killed.returncode == EXIT_CODE, killed.stderr[-2000:]
+        assert killed.returncode == ExitCode.KILLED, killed.stderr[-2000:]
     done = run_worker(state_dir, "t1")
     assert done.returncode == 0, (done.summary, done.stderr[-2000:])
     assert_incident_done_once(state_dir, "t1")
@@ -140,7 +141,7 @@ def test_crash_left_in_flight_row_for_write_file(
 ) -> None:
     """A kill after the claim leaves IN_FLIGHT, attempt 1; recovery answers the call once."""
     spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file"
-    assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
+    assert run_worker(state_dir, "t1", failpoint=spec).returncode == ExitCode.KILLED
     with SqliteLedger(state_dir.ledger) as ledger:
         (op,) = ledger.list(thread_id="t1", tool="write_file")
         assert (op.state, op.attempt) == (OpState.IN_FLIGHT, 1)

@@ -26,8 +26,8 @@ from pydantic import BaseModel
 from effectgate import StateDir, open_agent
 from effectgate.demo.services import DemoServices
 from effectgate.errors import ConfigError, OutcomeUnknown
-from effectgate.graph import Agent, RunStatus
-from effectgate.graph._saver import StepDurableSaver, head_state
+from effectgate.graph import Agent, RunStatus, StepDurableSaver
+from effectgate.graph._saver import head_state
 from effectgate.models import ScriptedChatModel, load_script
 from effectgate.tools import EffectKind, ToolContext, ToolResult, ToolSpec
 
@@ -299,12 +299,13 @@ def test_recovery_after_a_kill_takes_the_cheap_path_and_acts_once(
 ) -> None:
     """A worker killed after claiming the file write: the next resume runs on without
     loading the messages first, and the world holds one ticket, one mail, one file."""
-    from effectgate._failpoints import EXIT_CODE, Failpoint
+    from effectgate.cli import ExitCode
+    from effectgate.testing import Failpoint
     from tests.conftest import run_worker
     from tests.crash.test_graph_crash import assert_incident_done_once
 
     spec = f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@write_file"
-    assert run_worker(state_dir, "t1", failpoint=spec).returncode == EXIT_CODE
+    assert run_worker(state_dir, "t1", failpoint=spec).returncode == ExitCode.KILLED
     with _incident(state_dir, services) as agent:
         result, answered = _spied_resume(agent, "t1")
     assert answered == [True]

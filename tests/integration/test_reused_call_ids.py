@@ -22,7 +22,6 @@ from tests.answers._bind import bound
 from tests.integration._approvals import record_approval
 
 from effectgate import StateDir, open_agent
-from effectgate._clock import SystemClock
 from effectgate.graph import Agent, Policy, RunResult, RunStatus, history_problems
 from effectgate.graph._nodes import make_agent_node
 from effectgate.ledger import OpState, SqliteLedger
@@ -268,7 +267,7 @@ def test_agent_node_renames_parsed_and_invalid_calls_and_drops_the_raw_copy(
     spec = _mail_tool([])
     with SqliteLedger(tmp_path / "ledger.sqlite3") as ledger:
         node = make_agent_node(
-            _OneReply(reply=reply), {spec.name: spec}, None, ledger=ledger, clock=SystemClock()
+            _OneReply(reply=reply), {spec.name: spec}, None, ledger=ledger, clock=ledger.clock
         )
         (out,) = node({"messages": earlier}, {"configurable": {"thread_id": "t"}})["messages"]
     assert out.id == "ai-2"

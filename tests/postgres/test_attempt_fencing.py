@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from effectgate import StateDir
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import EventKind, Lease, Operation, OpState, PostgresLedger
+from effectgate.testing import Failpoint
 
 pytestmark = [pytest.mark.crash]
 
@@ -97,7 +98,7 @@ def test_a_slow_live_attempt_is_not_taken_over_by_another_thread(
         services.set_error_rate("orders", 0.12)
         a = _worker(sd, "A", failpoint=f"{Failpoint.AFTER_IN_FLIGHT_COMMIT}@create_ticket")
         _, err = a.communicate(timeout=60)
-        assert a.returncode == EXIT_CODE, err[-2000:]
+        assert a.returncode == ExitCode.KILLED, err[-2000:]
         assert _in_flight(postgres_url, 1)
         assert services.stats("tickets")["create_requests"] == 0  # claimed, never sent
 

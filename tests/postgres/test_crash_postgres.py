@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from effectgate import StateDir
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
+from effectgate.testing import Failpoint
 from tests.conftest import run_worker
 from tests.crash.test_graph_crash import SEAMS, assert_incident_done_once, attempts
 
@@ -28,7 +29,7 @@ def test_kill_at_seam_then_resume_on_postgres(
 ) -> None:
     """A worker killed at a seam leaves work a new process finishes, nothing done twice."""
     first = run_worker(state_dir, "t1", failpoint=spec, store=postgres_url)
-    assert first.returncode == EXIT_CODE, first.stderr[-2000:]
+    assert first.returncode == ExitCode.KILLED, first.stderr[-2000:]
     second = run_worker(state_dir, "t1", store=postgres_url)
     assert second.returncode == 0, (second.summary, second.stderr[-2000:])
     assert_incident_done_once(state_dir, "t1", store=postgres_url)

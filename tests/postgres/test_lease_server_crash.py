@@ -123,7 +123,8 @@ def test_a_commit_lost_with_a_crashed_server_is_not_taken_for_another(
     session's), ``record_thread`` returned, and no thread row existed.
     """
     from effectgate.errors import DatabaseUnavailableError
-    from effectgate.ledger._postgres import PostgresLedgerStore, _Session, _tx_settings
+    from effectgate.ledger import PostgresLedgerStore
+    from effectgate.ledger._postgres import _Session, _tx_settings
 
     url = cluster.url("leases")
     real = _Session._send

@@ -36,11 +36,12 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from effectgate import StateDir
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import EventKind, OpState, PostgresLedger
 from effectgate.ledger._postgres import migrate_postgres_ledger
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION
+from effectgate.testing import Failpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash]
 
@@ -264,7 +265,7 @@ def test_new_workers_migrate_under_an_old_workers_live_call_and_it_finishes_once
             # a new worker killed between the migration's statements and its COMMIT
             killed = _cli_worker(sd, env=_new_env(Failpoint.MID_MIGRATION.value), lease_ttl_s=3)
             _, err = killed.communicate(timeout=120)
-            assert killed.returncode == EXIT_CODE, err[-2000:]
+            assert killed.returncode == ExitCode.KILLED, err[-2000:]
             # nothing of the new version is left: no version row, no column, no invalid index
             assert _ledger_versions(url) == list(range(1, PG_LATEST_VERSION))
             assert not _has_column(url, "ledger_operations", "recoveries")

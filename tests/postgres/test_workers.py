@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from effectgate import StateDir, open_agent, submit
-from effectgate._failpoints import EXIT_CODE, Failpoint
+from effectgate.cli import ExitCode
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, PostgresLedger
+from effectgate.testing import Failpoint
 from effectgate.testing.oracle import world
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
@@ -76,7 +77,7 @@ def test_a_worker_killed_at_a_seam_has_its_thread_finished_by_another(
                 submit(agent, TASK, thread_id=f"t{n}")
         a = _worker(sd, failpoint=f"{Failpoint.AFTER_EXTERNAL_COMMIT}@send_email")
         _, err_a = a.communicate(timeout=180)
-        assert a.returncode == EXIT_CODE, err_a[-2000:]
+        assert a.returncode == ExitCode.KILLED, err_a[-2000:]
         with PostgresLedger(postgres_url) as ledger:
             left = ledger.list(states=[OpState.IN_FLIGHT])
         # The kill left the mail's attempt open. Its sibling in the same superstep
@@ -160,7 +161,7 @@ def test_a_review_answered_by_a_runner_that_died_is_resumed_by_a_worker(
     with DemoServices(sd.services) as services:
         services.set_error_rate("orders", 0.12)
         died = run_worker(sd, "t0", failpoint=f"{Failpoint.AFTER_REVIEW_RECORDED}#1")
-        assert died.returncode == EXIT_CODE, died.stderr[-2000:]
+        assert died.returncode == ExitCode.KILLED, died.stderr[-2000:]
         endpoints = published_endpoints(sd.services)  # the agent has the ticket and mail tools
         with open_agent(sd, endpoints=endpoints) as agent:
             assert readiness(agent, "t0") is Readiness.UNFINISHED

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from effectgate import open_agent
-from effectgate._failpoints import EXIT_CODE
+from effectgate.cli import ExitCode
 from effectgate.demo import DemoServices
 from effectgate.graph import RunStatus
 from effectgate.ledger import EventKind, OpState, SqliteLedger
@@ -43,7 +43,7 @@ def test_a_resumed_thread_leaves_another_threads_live_attempt_alone(tmp_path: Pa
         url = services.endpoints.ticket_url
         crashed = worker(tmp_path, state, url, "A", failpoint="AFTER_IN_FLIGHT_COMMIT")
         out, err = crashed.communicate(timeout=120)
-        assert crashed.returncode == EXIT_CODE, (out, err)
+        assert crashed.returncode == ExitCode.KILLED, (out, err)
         assert services.stats("tickets")["create_requests"] == 0  # killed before the call
 
         services.set_fault("tickets", "slow", delay_s=SLOW_S)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.errors import ClaimLostError, OperationBusyError
+from effectgate.graph import new_worker_id
 from effectgate.ledger import EventKind, Ledger, Operation, OpState, PostgresLedger, SqliteLedger
 from effectgate.testing import FakeClock
 from effectgate.testing.ledger_conformance import make_approval, make_receipt, make_request

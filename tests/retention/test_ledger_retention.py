@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from effectgate import StateDir, open_agent
-from effectgate._intent import intent_hash
 from effectgate.demo.services import DemoServices, read_tickets
 from effectgate.errors import DecisionError, IntentConflictError
 from effectgate.graph import Policy, RunStatus
 from effectgate.ledger import OpState
 from effectgate.retention import PrunePolicy
+from effectgate.tools import intent_hash
 from tests.answers._bind import bound
 from tests.retention.test_prune import APPROVE, _agent, _finish
 

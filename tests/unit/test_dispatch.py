@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from effectgate._process import new_worker_id
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall
 from effectgate.errors import DecisionError, NotAccepted, OutcomeUnknown, Rejected
+from effectgate.graph import new_worker_id
 from effectgate.ledger import Approval, Budget, OpenRequest, OpState, SqliteLedger
 from effectgate.testing import FakeClock
 from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec

@@ -60,7 +60,8 @@ def test_an_unknown_action_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 _STOPS = """
-from effectgate._failpoints import Failpoint, hit
+from effectgate.testing import Failpoint
+from effectgate._failpoints import hit
 hit(Failpoint.AFTER_IN_FLIGHT_COMMIT, tool="send_email")
 print("went on")
 """

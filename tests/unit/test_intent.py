@@ -12,12 +12,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from effectgate._intent import (
-    canonical_json,
-    default_operation_id,
-    intent_hash,
-    intent_hash_of_text,
-)
+from effectgate._intent import default_operation_id, intent_hash_of_text
+from effectgate.tools import canonical_json, intent_hash
 
 CI = settings(max_examples=100, deadline=None)
 

@@ -17,7 +17,6 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from effectgate._intent import canonical_json
 from effectgate.errors import ConfigError
 from effectgate.models import (
     DEFAULT_OPENAI_MAX_RETRIES,
@@ -25,6 +24,7 @@ from effectgate.models import (
     load_script,
     make_model,
 )
+from effectgate.tools import canonical_json
 
 SCRIPT: dict[str, Any] = {
     "name": "t",

@@ -1,4 +1,12 @@
-"""Public test affordances: a fake clock, the oracle, the ledger conformance suite.
+"""Public test affordances: a fake clock, the failpoints, the oracle, the ledger conformance suite.
+
+``FakeClock`` is a clock a test moves by hand; ``Failpoint`` names the seams
+where ``EFFECTGATE_FAILPOINT`` kills a process on purpose, so that a test of
+your own tool can kill it, for example, right after its external commit
+(``EFFECTGATE_FAILPOINT=AFTER_EXTERNAL_COMMIT@my_tool``), and check in the
+external system that the effect happened once after a new process resumed
+the thread. The killed process exits with ``effectgate.cli.ExitCode.KILLED``
+(137); docs/custom-tools.md shows the steps.
 
 Submodules (imported on demand, so this package stays light):
 ``effectgate.testing.oracle`` (what the external systems hold),
@@ -10,5 +18,6 @@ Submodules (imported on demand, so this package stays light):
 """
 
 from effectgate._clock import FakeClock
+from effectgate._failpoints import Failpoint
 
-__all__ = ["FakeClock"]
+__all__ = ["Failpoint", "FakeClock"]
