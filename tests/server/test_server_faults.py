@@ -327,15 +327,20 @@ def test_double_text_during_a_slow_effect_makes_one_ticket(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("action", ["interrupt", "rollback"])
 def test_cancel_during_a_slow_effect_ends_honest_with_one_ticket(
-    served: Served, slow: None
+    served: Served, slow: None, action: str
 ) -> None:
-    """``runs.cancel`` of the run whose approved ticket is in flight.
+    """``runs.cancel(action=...)`` of the run whose approved ticket is in flight.
 
-    The ticket service still commits; the ledger ends the operation
-    SUCCEEDED (never left IN_FLIGHT, never lost); the cancelled run writes no
-    late checkpoint over the thread, and approving again (from the review)
-    reads the receipt back: one ticket.
+    The cancel does not stop the tool's request: the ticket service still
+    commits and the ledger ends the operation SUCCEEDED at attempt 1 (never
+    left IN_FLIGHT, never lost), but the stopped run wrote no ToolMessage.
+    ``interrupt`` keeps the run (status ``interrupted``) and the checkpoint
+    whose next task is the effect node; ``rollback`` deletes the run and its
+    checkpoints, back to the review's, where a second answer to the review is
+    refused with the way on. Either way a run with no input finishes the step
+    by reading the receipt back from the ledger: one ticket, one ToolMessage.
     """
     client = served.client()
     before = served.tickets()
@@ -343,19 +348,35 @@ def test_cancel_during_a_slow_effect_ends_honest_with_one_ticket(
     at_review = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
     run = client.runs.create(thread_id, "effectgate", command=_approve(first))
     _until("the ticket is in flight", lambda: served.in_flight(thread_id))
-    client.runs.cancel(thread_id, run["run_id"], wait=True)
+    client.runs.cancel(thread_id, run["run_id"], wait=True, action=action)
     _idle(client, thread_id)
     head = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
-    [op] = _settled(served, thread_id)
-    assert op.state in (OpState.SUCCEEDED, OpState.UNKNOWN)
-    assert client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"] == head
+    _until(
+        "the ticket operation is SUCCEEDED",
+        lambda: [o.state for o in served.op_of(thread_id)] == [OpState.SUCCEEDED],
+    )
+    [op] = served.op_of(thread_id)
+    assert op.attempt == 1
     assert served.tickets() - before == 1
-    client.runs.wait(thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review)
+    state = client.threads.get_state(thread_id)
+    assert state["checkpoint"]["checkpoint_id"] == head  # no late checkpoint
+    assert _tool_answers(client, thread_id) == []
+    assert _interrupts(client, thread_id) == []
+    statuses = [r["status"] for r in client.runs.list(thread_id)]
+    if action == "interrupt":
+        assert statuses.count("interrupted") == 1
+        assert state["next"] == ["effect.create_ticket"]
+    else:
+        assert "interrupted" not in statuses  # the run is deleted
+        assert (head, state["next"]) == (at_review, [])
+        with pytest.raises(Exception, match="Run the thread with no input"):
+            client.runs.wait(thread_id, "effectgate", command=_approve(first))
+    client.runs.wait(thread_id, "effectgate", input=None)
     _finish(client, thread_id)
     assert served.tickets() - before == 1
     assert sum("TICKET-" in a for a in _tool_answers(client, thread_id)) == 1
     [op] = served.op_of(thread_id)
-    assert op.state is OpState.SUCCEEDED
+    assert (op.state, op.attempt) == (OpState.SUCCEEDED, 1)
 
 
 @pytest.mark.slow
