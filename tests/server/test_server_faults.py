@@ -451,3 +451,57 @@ def test_a_deleted_threads_queued_runs_do_not_jam_the_queue(served: Served, slow
     [done] = served.op_of(other)
     assert (done.state, done.attempt) == (OpState.SUCCEEDED, 1)
     assert op.attempt == 1
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_server_during_a_slow_effect_then_the_task_again_makes_one_ticket(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` of the ``langgraph dev`` process group while the approved ticket is in flight.
+
+    The in-memory runtime keeps no checkpoint of the thread (docs/async-and-server.md,
+    Limits); the ledger keeps the operation IN_FLIGHT at attempt 1. The client
+    sends the task again on the same thread id: the same call (same operation
+    id) is recovered by the ticket's idempotency key without a new review,
+    found (attempt 1) or, when the killed request never reached the service's
+    commit, sent again under that key (attempt 2). One ticket either way.
+    """
+    import os
+    import signal
+
+    served = Served(tmp_path)
+    try:
+        served.start()
+        client = served.client()
+        thread_id, first = _at_review(client)
+        served.services.set_fault("tickets", "slow", delay_s=SLOW_S)
+        client.runs.create(thread_id, "effectgate", command=_approve(first))
+        _until("the ticket is in flight", lambda: served.in_flight(thread_id))
+        proc = served.server.proc
+        assert proc is not None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        [op] = served.op_of(thread_id)
+        assert (op.state, op.attempt) == (OpState.IN_FLIGHT, 1)
+        time.sleep(SLOW_S + 1)  # past the service's hold: whatever it commits is in
+        committed = served.tickets()
+        assert committed in (0, 1)
+        served.services.set_fault("tickets", "normal")
+
+        served.start()
+        client = served.client()
+        client.threads.create(thread_id=thread_id, if_exists="do_nothing")
+        state = client.threads.get_state(thread_id)
+        assert not (state.get("values") or {}).get("messages")  # no checkpoint came back
+        client.runs.wait(
+            thread_id, "effectgate", input={"messages": [{"role": "user", "content": TASK}]}
+        )
+        assert _interrupts(client, thread_id) == []  # not asked again: approved in the ledger
+        assert served.tickets() == 1
+        [op] = served.op_of(thread_id)
+        assert op.state is OpState.SUCCEEDED
+        # found by the lookup when the service had committed; else sent again under the key
+        assert op.attempt in ((1,) if committed else (1, 2))
+        assert sum("TICKET-" in a for a in _tool_answers(client, thread_id)) == 1
+    finally:
+        served.close()
