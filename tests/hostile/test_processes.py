@@ -202,6 +202,16 @@ def test_run_shell_dies_with_the_process_that_dispatched_it(tmp_path: Path, how:
     assert shown.returncode == 0, shown.stderr
     (op,) = json.loads(shown.stdout)["operations"]
     assert op["tool"] == "run_shell" and op["state"] in ("IN_FLIGHT", "UNKNOWN"), op
+    # What the user then gets (docs/security.md): resume parks the call for a
+    # verdict, exit 3; the command is not run again.
+    thread = str(op["thread_id"])
+    args = ["--thread", thread, "--model", model, "--approve", "all", "--state-dir", str(state)]
+    resumed = _eg("resume", *args)
+    assert resumed.returncode == 3, (resumed.stdout, resumed.stderr)
+    shown = _eg("ledger", "list", "--state-dir", str(state), "--json")
+    (op,) = json.loads(shown.stdout)["operations"]
+    assert (op["state"], op["attempt"]) == ("NEEDS_RECONCILIATION", 1), op
+    assert not (workspace / "after").exists()
 
 
 _KILLED_AFTER_POPEN = """

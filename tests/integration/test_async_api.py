@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import BaseModel
 
@@ -136,8 +136,14 @@ def test_cancelling_one_run_stops_it_at_a_step_boundary_and_leaves_the_others(
         # The effect under way finished and was recorded; the run stopped before the model.
         assert stopped.status is RunStatus.INCOMPLETE
         assert [op.state for op in stopped.operations] == [OpState.SUCCEEDED]
+        # ... and its step's checkpoint holds the ToolMessage: the resume asks the model.
+        (answer,) = [m for m in agent.messages("c") if isinstance(m, ToolMessage)]
+        assert '"recorded": "cancelled"' in str(answer.content)
         resumed = agent.resume("c")
         assert resumed.status is RunStatus.DONE
+        assert [m.content for m in agent.messages("c") if isinstance(m, ToolMessage)] == [
+            answer.content
+        ]
     assert sorted(rows.calls) == sorted(rows.rows)  # each effect once
     assert sorted(rows.rows.values()) == ["cancelled", "kept"]
 

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import ToolMessage
 from pydantic import BaseModel
 from tests.answers._bind import bound
@@ -283,3 +284,58 @@ def test_an_approval_binds_to_the_operation_id_shown(
         assert ticket_keys(state_dir) == []
         agent.resume("wednesday", decisions=bound(agent, "wednesday", APPROVE))
     assert ticket_keys(state_dir) == [f"{KEY}#3"]
+
+
+@pytest.mark.parametrize("lookups", ["down", "back"])
+def test_a_key_parked_in_one_thread_is_settled_once_from_another(
+    services: DemoServices, state_dir: StateDir, lookups: str
+) -> None:
+    """Monday's ticket is NEEDS_RECONCILIATION (timed out after the commit, lookups down).
+
+    Tuesday proposes the same keyed ticket: it is not reviewed, nor sent, nor
+    given a ``#2``. With lookups still down, Tuesday waits on a reconciliation
+    of Monday's operation (named in ``shared_operations``) and its verdict
+    settles the one operation; with lookups back, Tuesday's dispatch finds
+    the ticket by its key. Either way Monday, resumed, reads the outcome back
+    without being asked: one create request, both ToolMessages name one ticket.
+    """
+    services.set_fault("tickets", "ambiguous-unqueryable", delay_s=6)
+    with incident_agent(state_dir, services) as agent:
+        agent.start(TASK, thread_id="monday")
+        monday = agent.resume("monday", decisions=bound(agent, "monday", APPROVE))
+        assert monday.status is RunStatus.WAITING_RECONCILIATION
+        if lookups == "back":
+            services.set_fault("tickets", "normal")
+
+        tuesday = agent.start(TASK, thread_id="tuesday")
+        assert [(op.operation_id, op.thread_id) for op in tuesday.shared_operations] == [
+            (KEY, "monday")
+        ]
+        assert agent.ledger.list(thread_id="tuesday") == []
+        assert agent.ledger.get(f"{KEY}#2") is None
+        if lookups == "down":
+            assert tuesday.status is RunStatus.WAITING_RECONCILIATION
+            (pending,) = tuesday.interrupts
+            assert (pending.kind, pending.value["operation_id"]) == ("reconciliation", KEY)
+            verdict = {"verdict": "succeeded", "reference": "TICKET-1", "evidence": "in the UI"}
+            tuesday = agent.resume("tuesday", verdicts={KEY: verdict})
+        # A human's receipt carries a reference, not the service's body: the
+        # scripted model then stops; the service's own receipt leads to the mail.
+        after = RunStatus.DONE if lookups == "down" else RunStatus.WAITING_REVIEW
+        assert tuesday.status is after
+        op = agent.ledger.get(KEY)
+        assert op is not None and (op.state, op.thread_id) == (OpState.SUCCEEDED, "monday")
+        source = "human" if lookups == "down" else "reconcile"
+        assert op.receipt is not None and op.receipt.source == source
+
+        monday = agent.resume("monday")
+        assert monday.status is after  # not asked to reconcile again
+        for thread in ("monday", "tuesday"):
+            (reply,) = [
+                m
+                for m in agent.messages(thread)
+                if isinstance(m, ToolMessage) and m.name == "create_ticket"
+            ]
+            assert json.loads(str(reply.content))["reference"] == "TICKET-1", thread
+    assert services.stats("tickets")["create_requests"] == 1
+    assert ticket_keys(state_dir) == [KEY]

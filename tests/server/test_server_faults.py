@@ -327,15 +327,20 @@ def test_double_text_during_a_slow_effect_makes_one_ticket(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("action", ["interrupt", "rollback"])
 def test_cancel_during_a_slow_effect_ends_honest_with_one_ticket(
-    served: Served, slow: None
+    served: Served, slow: None, action: str
 ) -> None:
-    """``runs.cancel`` of the run whose approved ticket is in flight.
+    """``runs.cancel(action=...)`` of the run whose approved ticket is in flight.
 
-    The ticket service still commits; the ledger ends the operation
-    SUCCEEDED (never left IN_FLIGHT, never lost); the cancelled run writes no
-    late checkpoint over the thread, and approving again (from the review)
-    reads the receipt back: one ticket.
+    The cancel does not stop the tool's request: the ticket service still
+    commits and the ledger ends the operation SUCCEEDED at attempt 1 (never
+    left IN_FLIGHT, never lost), but the stopped run wrote no ToolMessage.
+    ``interrupt`` keeps the run (status ``interrupted``) and the checkpoint
+    whose next task is the effect node; ``rollback`` deletes the run and its
+    checkpoints, back to the review's, where a second answer to the review is
+    refused with the way on. Either way a run with no input finishes the step
+    by reading the receipt back from the ledger: one ticket, one ToolMessage.
     """
     client = served.client()
     before = served.tickets()
@@ -343,19 +348,35 @@ def test_cancel_during_a_slow_effect_ends_honest_with_one_ticket(
     at_review = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
     run = client.runs.create(thread_id, "effectgate", command=_approve(first))
     _until("the ticket is in flight", lambda: served.in_flight(thread_id))
-    client.runs.cancel(thread_id, run["run_id"], wait=True)
+    client.runs.cancel(thread_id, run["run_id"], wait=True, action=action)
     _idle(client, thread_id)
     head = client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"]
-    [op] = _settled(served, thread_id)
-    assert op.state in (OpState.SUCCEEDED, OpState.UNKNOWN)
-    assert client.threads.get_state(thread_id)["checkpoint"]["checkpoint_id"] == head
+    _until(
+        "the ticket operation is SUCCEEDED",
+        lambda: [o.state for o in served.op_of(thread_id)] == [OpState.SUCCEEDED],
+    )
+    [op] = served.op_of(thread_id)
+    assert op.attempt == 1
     assert served.tickets() - before == 1
-    client.runs.wait(thread_id, "effectgate", command=_approve(first), checkpoint_id=at_review)
+    state = client.threads.get_state(thread_id)
+    assert state["checkpoint"]["checkpoint_id"] == head  # no late checkpoint
+    assert _tool_answers(client, thread_id) == []
+    assert _interrupts(client, thread_id) == []
+    statuses = [r["status"] for r in client.runs.list(thread_id)]
+    if action == "interrupt":
+        assert statuses.count("interrupted") == 1
+        assert state["next"] == ["effect.create_ticket"]
+    else:
+        assert "interrupted" not in statuses  # the run is deleted
+        assert (head, state["next"]) == (at_review, [])
+        with pytest.raises(Exception, match="Run the thread with no input"):
+            client.runs.wait(thread_id, "effectgate", command=_approve(first))
+    client.runs.wait(thread_id, "effectgate", input=None)
     _finish(client, thread_id)
     assert served.tickets() - before == 1
     assert sum("TICKET-" in a for a in _tool_answers(client, thread_id)) == 1
     [op] = served.op_of(thread_id)
-    assert op.state is OpState.SUCCEEDED
+    assert (op.state, op.attempt) == (OpState.SUCCEEDED, 1)
 
 
 @pytest.mark.slow
@@ -430,3 +451,57 @@ def test_a_deleted_threads_queued_runs_do_not_jam_the_queue(served: Served, slow
     [done] = served.op_of(other)
     assert (done.state, done.attempt) == (OpState.SUCCEEDED, 1)
     assert op.attempt == 1
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_server_during_a_slow_effect_then_the_task_again_makes_one_ticket(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` of the ``langgraph dev`` process group while the approved ticket is in flight.
+
+    The in-memory runtime keeps no checkpoint of the thread (docs/async-and-server.md,
+    Limits); the ledger keeps the operation IN_FLIGHT at attempt 1. The client
+    sends the task again on the same thread id: the same call (same operation
+    id) is recovered by the ticket's idempotency key without a new review,
+    found (attempt 1) or, when the killed request never reached the service's
+    commit, sent again under that key (attempt 2). One ticket either way.
+    """
+    import os
+    import signal
+
+    served = Served(tmp_path)
+    try:
+        served.start()
+        client = served.client()
+        thread_id, first = _at_review(client)
+        served.services.set_fault("tickets", "slow", delay_s=SLOW_S)
+        client.runs.create(thread_id, "effectgate", command=_approve(first))
+        _until("the ticket is in flight", lambda: served.in_flight(thread_id))
+        proc = served.server.proc
+        assert proc is not None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        [op] = served.op_of(thread_id)
+        assert (op.state, op.attempt) == (OpState.IN_FLIGHT, 1)
+        time.sleep(SLOW_S + 1)  # past the service's hold: whatever it commits is in
+        committed = served.tickets()
+        assert committed in (0, 1)
+        served.services.set_fault("tickets", "normal")
+
+        served.start()
+        client = served.client()
+        client.threads.create(thread_id=thread_id, if_exists="do_nothing")
+        state = client.threads.get_state(thread_id)
+        assert not (state.get("values") or {}).get("messages")  # no checkpoint came back
+        client.runs.wait(
+            thread_id, "effectgate", input={"messages": [{"role": "user", "content": TASK}]}
+        )
+        assert _interrupts(client, thread_id) == []  # not asked again: approved in the ledger
+        assert served.tickets() == 1
+        [op] = served.op_of(thread_id)
+        assert op.state is OpState.SUCCEEDED
+        # found by the lookup when the service had committed; else sent again under the key
+        assert op.attempt in ((1,) if committed else (1, 2))
+        assert sum("TICKET-" in a for a in _tool_answers(client, thread_id)) == 1
+    finally:
+        served.close()
