@@ -111,9 +111,9 @@ def refuse_resume_of_idle(resume: Any, *, step_left: bool = False) -> NoReturn:
         raise UnknownInterruptError(
             f"resume refused: this thread waits on no interrupt{named}: its last review was "
             "answered and its step began, but the run was stopped before the step's checkpoint "
-            "(cancelled or rolled back); nothing was applied. Run the thread with no input and "
-            "no command to finish that step: an effect that already ran is read back from the "
-            "ledger, not run again"
+            "(cancelled or rolled back); this answer was not applied (an effect of that step may "
+            "already have run). Run the thread with no input and no command to finish that "
+            "step: an effect that already ran is read back from the ledger, not run again"
         )
     if resume and is_resume_map(resume):
         check_resume_ids(list(resume), known=(), pending={})
