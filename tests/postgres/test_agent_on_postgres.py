@@ -85,8 +85,12 @@ class _Probe(StepDurablePostgresSaver):
                 self.seen.append((kind, cur.fetchone()["s"]))
 
 
-def test_task_writes_commit_asynchronously_checkpoints_synchronously(postgres_url: str) -> None:
-    """put_writes runs at synchronous_commit=off, put (the superstep's checkpoint) at on."""
+def test_task_writes_and_checkpoints_commit_synchronously(postgres_url: str) -> None:
+    """put_writes and put (the superstep's checkpoint) both run at synchronous_commit=on.
+
+    A task write at off is lost by a server crash while its worker goes on
+    (tests/postgres/test_checkpoint_server_crash.py).
+    """
     from langgraph.checkpoint.base import empty_checkpoint
 
     with open_postgres_saver(postgres_url) as plain:
@@ -95,13 +99,13 @@ def test_task_writes_commit_asynchronously_checkpoints_synchronously(postgres_ur
         saved = probe.put(config, empty_checkpoint(), {"source": "input", "step": 0}, {})
         probe.put_writes(saved, [("x", 1)], task_id="task-1")
         probe.put(saved, empty_checkpoint(), {"source": "loop", "step": 1}, {})
-        assert probe.seen == [("checkpoint", "on"), ("writes", "off"), ("checkpoint", "on")]
+        assert probe.seen == [("checkpoint", "on"), ("writes", "on"), ("checkpoint", "on")]
         tup = probe.get_tuple(saved)
         assert tup is not None and tup.pending_writes == [("task-1", "x", 1)]
 
 
 def test_the_async_path_keeps_the_commit_rule(postgres_url: str) -> None:
-    """aput_writes at synchronous_commit=off, aput at on: the async methods run the sync ones."""
+    """aput_writes and aput at synchronous_commit=on: the async methods run the sync ones."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     async def go(probe: _Probe) -> Any:
@@ -115,7 +119,7 @@ def test_the_async_path_keeps_the_commit_rule(postgres_url: str) -> None:
     with open_postgres_saver(postgres_url) as plain:
         probe = _Probe(plain.conn)
         tup, listed = asyncio.run(go(probe))
-        assert probe.seen == [("checkpoint", "on"), ("writes", "off"), ("checkpoint", "on")]
+        assert probe.seen == [("checkpoint", "on"), ("writes", "on"), ("checkpoint", "on")]
         assert tup is not None and tup.pending_writes == [("task-1", "x", 1)]
         assert len(listed) == 2
 

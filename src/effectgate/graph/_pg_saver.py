@@ -1,30 +1,25 @@
-"""``StepDurablePostgresSaver``: LangGraph's ``PostgresSaver`` with ``StepDurableSaver``'s rule.
+"""``StepDurablePostgresSaver``: LangGraph's ``PostgresSaver``, every write durable, in one trip.
 
-The rule is the one ``StepDurableSaver`` applies to SQLite: a task's writes
-(``put_writes``: one per finished task, plus resume and interrupt writes) may
-commit cheaply, a superstep's checkpoint (``put``) commits durably. On
-PostgreSQL "cheaply" is ``SET LOCAL synchronous_commit = off`` for the
-``put_writes`` transaction, and "durably" is ``synchronous_commit = on``, set
-on every pooled connection whatever the server's default.
+A task's writes (``put_writes``: one per finished task, plus resume and
+interrupt writes) go out in one transaction, pipelined (BEGIN, the writes
+and COMMIT in one round trip); a superstep's checkpoint (``put``) as
+upstream does it. Both commit at ``synchronous_commit = on``, set on every
+pooled connection whatever the server's default.
 
-Why that loses nothing that matters (the PostgreSQL manual, "Asynchronous
-Commit", 30.4, and ``synchronous_commit`` in 20.5):
-
-- An asynchronous commit is visible to every session at once and survives the
-  death of the worker process (``kill -9``): it is in the server's WAL
-  buffers, which the WAL writer flushes within ``3 * wal_writer_delay``
-  (600 ms by default).
-- Only a crash of the database server can lose it, and only until the next
-  synchronous commit on that server, which flushes the WAL up to its own
-  record and so every earlier one. The superstep's checkpoint is such a
-  commit; so is every ledger claim and result.
-- What such a loss costs is what LangGraph already does after any crash in
-  the middle of a superstep: the tasks whose writes are lost run again. Their
-  side effects cannot repeat, because an effect node claims its operation in
-  the ledger (a synchronous commit) before calling the tool and records the
-  result before it returns; a re-run meets the ledger and reuses the receipt.
-  A lost resume write asks the reviewer again; a lost interrupt write re-runs
-  the review node, which raises the same interrupt.
+Task writes used to commit at ``synchronous_commit = off`` (the rule
+``StepDurableSaver`` applies to SQLite, where only an OS crash can lose
+such a commit). On PostgreSQL a crash of the database server loses an
+asynchronous commit until the next WAL flush, and the worker that saw it
+commit goes on: its connection is retried on the restarted server and its
+next checkpoint is written on top of writes that no longer exist. The
+messages channel is a delta channel (a checkpoint's history is rebuilt from
+its ancestors' writes), so that checkpoint and every later one misses
+them. The PostgreSQL fault campaign found 8 trials with broken checkpoint
+histories in 946, each with a ``restart -m immediate`` (issue #32); lost
+task writes are the likely cause, and
+``tests/postgres/test_checkpoint_server_crash.py`` shows such a write lost.
+The cost is one WAL flush per task write (the PostgreSQL manual,
+"Asynchronous Commit", 30.4).
 
 LangGraph's async path runs each async method's sync twin in a worker
 thread (``_AsyncInThreads``, shared with ``StepDurableSaver``), so the rule
@@ -158,7 +153,7 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """``PostgresSaver.put_writes`` in one transaction at ``synchronous_commit = off``."""
+        """``PostgresSaver.put_writes`` in one durable transaction (one round trip, pipelined)."""
 
         def put() -> None:
             self._local.writes = True
@@ -285,10 +280,9 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
         with super()._cursor(pipeline=pipeline) as cur:
             if cur.connection._pipeline is None:
                 with cur.connection.transaction():
-                    cur.execute("SET LOCAL synchronous_commit = off")
                     yield cur
                 return
-            # In the pipeline upstream opened: BEGIN, SET LOCAL, its writes and
+            # In the pipeline upstream opened: BEGIN, its writes and
             # COMMIT go out together and come back at its one sync (one round
             # trip). ``Connection.transaction()`` here would nest pipelines,
             # whose every enter and exit syncs (four more round trips). If a
@@ -296,7 +290,6 @@ class StepDurablePostgresSaver(_AsyncInThreads, PostgresSaver):
             # to the sync and the transaction is rolled back: the pool rolls
             # back a connection handed back inside a transaction.
             cur.execute("BEGIN")
-            cur.execute("SET LOCAL synchronous_commit = off")
             yield cur
             cur.execute("COMMIT")
 
