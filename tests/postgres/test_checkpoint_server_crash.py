@@ -14,7 +14,6 @@ after recovery.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,34 +22,17 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from effectgate.graph._pg_saver import open_postgres_saver
-from effectgate.testing.postgres import ENV_REQUIRE, PrivateCluster
+from effectgate.testing.postgres import PrivateCluster
+from tests.postgres._private import late_wal_cluster
 
 pytestmark = pytest.mark.crash
 
 
 @pytest.fixture
 def cluster() -> Iterator[PrivateCluster]:
-    """A private server whose WAL writer flushes as late as it may (10 s).
-
-    An asynchronous commit is then still in the WAL buffers when the test
-    crashes the server: what a crash within ``3 * wal_writer_delay`` of the
-    commit does on a default server, made certain.
-    """
-    if not PrivateCluster.available():
-        if os.environ.get(ENV_REQUIRE) == "1":
-            pytest.fail("initdb / pg_ctl not installed", pytrace=False)
-        pytest.skip("initdb / pg_ctl not installed (Debian: postgresql)")
-    server = PrivateCluster()
-    server.start()
-    try:
-        with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
-            conn.execute("ALTER SYSTEM SET wal_writer_flush_after = 0")
-            conn.execute("CREATE DATABASE checkpoints")
-        server.restart("fast")
+    """A private server that keeps asynchronous commits unflushed (``late_wal_cluster``)."""
+    with late_wal_cluster("checkpoints") as server:
         yield server
-    finally:
-        server.close()
 
 
 def test_a_task_write_survives_a_server_crash(cluster: PrivateCluster) -> None:

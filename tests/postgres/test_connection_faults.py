@@ -23,9 +23,10 @@ from effectgate import StateDir, open_agent, submit
 from effectgate.demo.services import DemoServices
 from effectgate.ledger import OpState, PostgresLedger
 from effectgate.testing.oracle import world
-from effectgate.testing.postgres import ENV_REQUIRE, PrivateCluster, scratch_database
+from effectgate.testing.postgres import PrivateCluster, scratch_database
 from effectgate.testing.tcp_proxy import DroppingProxy
 from tests.cli.conftest import CLI, cli_env, eg
+from tests.postgres._private import require_private_cluster
 
 TASK = "Check the order service's error rate and handle any incident."
 
@@ -35,10 +36,7 @@ pytestmark = pytest.mark.crash
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PrivateCluster]:
     """One private server per module; each test gets its own database on it."""
-    if not PrivateCluster.available():
-        if os.environ.get(ENV_REQUIRE) == "1":
-            pytest.fail("initdb / pg_ctl not installed", pytrace=False)
-        pytest.skip("initdb / pg_ctl not installed (Debian: postgresql)")
+    require_private_cluster()
     server = PrivateCluster()
     server.start()
     try:

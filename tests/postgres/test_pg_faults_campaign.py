@@ -14,14 +14,13 @@ mail sink's own files, the workspace, and the ledger and checkpoints.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
 import pytest
 
 from effectgate.testing.campaign import FAULT_KINDS, System, TrialResult, plan_trials, run_campaign
 from effectgate.testing.campaign._pgworkers import THREADS
-from effectgate.testing.postgres import ENV_REQUIRE, PrivateCluster
+from tests.postgres._private import require_private_cluster
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
@@ -35,10 +34,7 @@ SEAM = ("AFTER_IN_FLIGHT_COMMIT@send_email", "sigstop")
 @pytest.fixture(scope="module")
 def trials(tmp_path_factory: pytest.TempPathFactory) -> list[TrialResult]:
     """Two trials of random faults, one of a worker frozen at a seam past its lease."""
-    if not PrivateCluster.available():
-        if os.environ.get(ENV_REQUIRE) == "1":
-            pytest.fail("initdb / pg_ctl not installed", pytrace=False)
-        pytest.skip("initdb / pg_ctl not installed (Debian: postgresql)")
+    require_private_cluster()
     specs = plan_trials([System.PG_FAULTS], 5, seed=7)
     assert [s.scenario for s in specs] == ["faults-random"] * 4 + ["faults-seam"]
     # Faults in the first second after READY: every one lands before the threads are done.
