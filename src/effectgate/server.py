@@ -48,14 +48,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
-import json
 import os
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from langgraph.graph.state import CompiledStateGraph
 
-from effectgate.errors import ConfigError
+from effectgate.demo.services import SERVICES_ENV
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -66,7 +64,6 @@ __all__ = ["make_graph"]
 
 STATE_DIR_ENV = "EFFECTGATE_STATE_DIR"
 MODEL_ENV = "EFFECTGATE_MODEL"
-SERVICES_ENV = "EFFECTGATE_SERVICES"
 STORE_ENV = "EFFECTGATE_STORE"
 
 
@@ -134,31 +131,19 @@ def _build() -> CompiledStateGraph[Any, Any, Any, Any]:
 
 def _endpoints(value: str | None, data_dir: Any) -> ServiceEndpoints | None:
     """The demo services' addresses from ``EFFECTGATE_SERVICES`` (see the module docstring)."""
-    from effectgate.demo.services import DemoServices, ServiceEndpoints
-
-    if not value:
-        return None
-    if value.strip() == "demo":
-        from effectgate.demo.services import DEMO_ERROR_RATE, read_error_rate
-
-        services = DemoServices(data_dir)
-        endpoints = services.start()
-        atexit.register(services.stop)
-        if read_error_rate(data_dir, "orders") is None:  # a fresh demo, as `effectgate demo`
-            services.set_error_rate("orders", DEMO_ERROR_RATE)
-        return endpoints
-    try:
-        given = json.loads(value)
-    except ValueError as exc:
-        raise ConfigError(f"{SERVICES_ENV}: neither 'demo' nor a JSON object: {exc}") from exc
-    fields = ("ticket_url", "smtp_host", "smtp_port", "mail_url")
-    if not isinstance(given, Mapping) or sorted(given) != sorted(fields):
-        raise ConfigError(f"{SERVICES_ENV}: a JSON object needs exactly {', '.join(fields)}")
-    if not isinstance(given["smtp_port"], int):
-        raise ConfigError(f"{SERVICES_ENV}: smtp_port must be an integer")
-    return ServiceEndpoints(
-        ticket_url=str(given["ticket_url"]),
-        smtp_host=str(given["smtp_host"]),
-        smtp_port=given["smtp_port"],
-        mail_url=str(given["mail_url"]),
+    from effectgate.demo.services import (
+        DEMO_ERROR_RATE,
+        DemoServices,
+        endpoints_from_env,
+        read_error_rate,
     )
+
+    given = endpoints_from_env(value)
+    if given != "demo":
+        return given
+    services = DemoServices(data_dir)
+    endpoints = services.start()
+    atexit.register(services.stop)
+    if read_error_rate(data_dir, "orders") is None:  # a fresh demo, as `effectgate demo`
+        services.set_error_rate("orders", DEMO_ERROR_RATE)
+    return endpoints

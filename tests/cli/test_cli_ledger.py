@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from effectgate.ledger import OpState, SqliteLedger
 from tests.answers._bind import bound
 from tests.cli.conftest import CLI, Ran, cli_env, eg, world, write_script
@@ -290,6 +292,59 @@ def test_reconcile_failed_is_refused_when_the_lookup_finds_the_mail(tmp_path: Pa
     ran = eg("reconcile", mail.operation_id, "--failed", "--state-dir", str(sd.root))
     assert ran.code == 2, ran.stderr
     assert "the lookup now finds the effect" in " ".join(ran.stderr.split())
+    with SqliteLedger(sd.ledger) as ledger:
+        still = ledger.get(mail.operation_id)
+    assert still is not None and still.state is OpState.NEEDS_RECONCILIATION
+
+
+def test_reconcile_failed_asks_the_services_that_sent_the_mail_or_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served state directory whose mail went to services run elsewhere
+    (``EFFECTGATE_SERVICES``): ``reconcile --failed`` never asks new, empty
+    services of its own (which would say "no such mail" and let the thread
+    send it again). Without the addresses it refuses; with them it finds the
+    mail and refuses; with them down it refuses; the operation stays parked
+    and no service data is made in the state directory."""
+    from effectgate import StateDir, open_agent
+    from effectgate.demo import DemoServices
+
+    sd = StateDir.open(tmp_path / "state")
+    approve = {"decisions": [{"type": "approve"}]}
+    with DemoServices(tmp_path / "elsewhere") as svc:
+        with open_agent(sd, endpoints=svc.endpoints) as agent:
+            svc.set_error_rate("orders", 0.12)
+            agent.start("Check the order service and handle any incident.", thread_id="p1")
+            result = agent.resume("p1", decisions=bound(agent, "p1", approve))
+            svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
+            n = len(result.interrupts[0].value["action_requests"])
+            result = agent.resume(
+                "p1", decisions=bound(agent, "p1", {"decisions": approve["decisions"] * n})
+            )
+        (mail,) = [op for op in result.operations if op.tool == "send_email"]
+        assert mail.state is OpState.NEEDS_RECONCILIATION
+        svc.set_fault("mail", "normal")
+        assert len(svc.mails()) == 1  # the mail did arrive, elsewhere
+        args = ("reconcile", mail.operation_id, "--failed", "--state-dir", str(sd.root))
+        monkeypatch.delenv("EFFECTGATE_SERVICES", raising=False)
+        unknown = eg(*args)
+        assert unknown.code == 2, unknown.stderr
+        assert "no demo services are known" in " ".join(unknown.stderr.split())
+        e = svc.endpoints
+        addresses = {
+            "ticket_url": e.ticket_url,
+            "smtp_host": e.smtp_host,
+            "smtp_port": e.smtp_port,
+            "mail_url": e.mail_url,
+        }
+        monkeypatch.setenv("EFFECTGATE_SERVICES", json.dumps(addresses))
+        found = eg(*args)
+        assert found.code == 2, found.stderr
+        assert "the lookup now finds the effect" in " ".join(found.stderr.split())
+    down = eg(*args)
+    assert down.code == 2, down.stderr
+    assert "do not answer" in " ".join(down.stderr.split())
+    assert not (sd.services / "mail.sqlite3").exists()
     with SqliteLedger(sd.ledger) as ledger:
         still = ledger.get(mail.operation_id)
     assert still is not None and still.state is OpState.NEEDS_RECONCILIATION

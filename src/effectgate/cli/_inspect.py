@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.markup import escape
 
@@ -49,6 +49,7 @@ from effectgate.errors import (
 
 if TYPE_CHECKING:
     from effectgate._app import StateDir
+    from effectgate.demo import ServiceEndpoints
     from effectgate.graph import RunResult
     from effectgate.ledger import DamagedOperation, DamagedThread, Ledger, Operation, ThreadRecord
     from effectgate.tools import ToolSpec
@@ -559,8 +560,61 @@ def reconcile(
     return 0
 
 
-_SERVICE_TOOLS = frozenset({"create_ticket", "send_email"})
-"""Built-in tools whose lookups ask the demo services."""
+_SERVICE_TOOLS: dict[str, Literal["tickets", "mail"]] = {
+    "create_ticket": "tickets",
+    "send_email": "mail",
+}
+"""Built-in tools whose lookups ask the demo services, and the service each asks."""
+
+
+def _services_for_lookup(
+    sd: StateDir, tool: str, stack: contextlib.ExitStack[Any]
+) -> ServiceEndpoints:
+    """The demo services that hold the truth about ``tool``'s effects for ``sd``.
+
+    A "failed" verdict is checked against the service the effect was sent
+    to, never against a new, empty one (which would answer "no such ticket"
+    for a ticket that exists, and let the thread send it again). In order:
+    the services ``EFFECTGATE_SERVICES`` names (as the served graph read
+    them), if they answer; the services running for ``sd`` (its
+    ``services/endpoints.json``); the demo services started here on ``sd``'s
+    own service data, only when that data exists.
+
+    Raises:
+        DecisionError: ``EFFECTGATE_SERVICES`` names services that do not
+            answer, or no services and no service data are known for ``sd``;
+            nothing is recorded.
+        ConfigError: ``EFFECTGATE_SERVICES`` is malformed.
+    """
+    from effectgate.demo.services import (
+        SERVICES_ENV,
+        DemoServices,
+        ServiceEndpoints,
+        answering,
+        endpoints_from_env,
+        running_endpoints,
+        service_data_exists,
+    )
+
+    given = endpoints_from_env(os.environ.get(SERVICES_ENV))
+    if isinstance(given, ServiceEndpoints):
+        if answering(given):
+            return given
+        raise DecisionError(
+            f"cannot check {tool}: the services {SERVICES_ENV} names ({given.ticket_url}, "
+            f"{given.mail_url}) do not answer; start them and try again; nothing recorded"
+        )
+    running = running_endpoints(sd.services)
+    if running is not None:
+        return running
+    if service_data_exists(sd.services, _SERVICE_TOOLS[tool]):
+        return stack.enter_context(DemoServices(sd.services)).endpoints
+    raise DecisionError(
+        f"cannot check {tool}: no demo services are known for {sd.root} (none running for "
+        f"it, none named in {SERVICES_ENV}, no service data in {sd.services}); set "
+        f"{SERVICES_ENV} to the addresses the effect was sent to, or settle with "
+        "--succeeded REF if it took effect; nothing recorded"
+    )
 
 
 def _lookup_tools(
@@ -581,7 +635,6 @@ def _lookup_tools(
     """
     from effectgate._app import default_tools
     from effectgate.cli._loader import agent_of, load_recipe
-    from effectgate.demo import DemoServices
     from effectgate.graph._build import to_specs
 
     spec = agent_of(sd, thread_id) if thread_id is not None else None
@@ -589,9 +642,7 @@ def _lookup_tools(
         found = to_specs(load_recipe(spec, sd).tools)
         if tool in found and found[tool].reconciler is not None:
             return found
-    endpoints = None
-    if tool in _SERVICE_TOOLS:
-        endpoints = stack.enter_context(DemoServices(sd.services)).endpoints
+    endpoints = _services_for_lookup(sd, tool, stack) if tool in _SERVICE_TOOLS else None
     tools = {t.name: t for t in default_tools(sd.workspace, endpoints)}
     if tool not in tools or tools[tool].reconciler is None:
         output.note(f"{tool} has no lookup here: the verdict is recorded without a check")

@@ -269,13 +269,14 @@ def execute(
     """
     from effectgate._app import open_agent
     from effectgate.demo import DemoServices
+    from effectgate.demo.services import running_endpoints
 
     progress = Progress(output.progress)
     crash = check_failpoint(flags.crash_at)
     endpoints: ServiceEndpoints | None = None
     with contextlib.ExitStack() as stack:
         if plan.services:
-            endpoints = None if plan.prepare is not None else _running_services(sd)
+            endpoints = None if plan.prepare is not None else running_endpoints(sd.services)
             if endpoints is None:
                 services = stack.enter_context(DemoServices(sd.services))
                 if plan.prepare is not None:
@@ -432,20 +433,3 @@ def _next_steps(result: RunResult, code: ExitCode, state_dir: Path | None) -> Se
     resume = command_hint(state_dir, "resume", "--thread", result.thread_id)
     lines.append(f"continue with: {resume}")
     return lines
-
-
-def _running_services(sd: StateDir) -> ServiceEndpoints | None:
-    """The demo services already running for ``sd`` (its ``endpoints.json``), if they answer.
-
-    As ``effectgate worker`` does: one world, one set of servers, so a fault
-    or a metric set on ``effectgate services`` is what the command's calls
-    meet. A damaged or stale file is no error here: the command starts its
-    own servers, which write the file again.
-    """
-    from effectgate.demo.services import published_endpoints, serving
-
-    try:
-        found = published_endpoints(sd.services)
-    except ConfigError:
-        return None
-    return found if found is not None and serving(sd.services, found) else None

@@ -44,9 +44,11 @@ __all__ = [
     "DemoServices",
     "ServiceEndpoints",
     "answering",
+    "endpoints_from_env",
     "published_endpoints",
     "read_mails",
     "read_tickets",
+    "running_endpoints",
     "serving",
 ]
 
@@ -57,6 +59,8 @@ DEMO_ERROR_RATE = 0.12
 TICKETS_DB = "tickets.sqlite3"
 MAIL_DB = "mail.sqlite3"
 ENDPOINTS_FILE = "endpoints.json"
+SERVICES_ENV = "EFFECTGATE_SERVICES"
+"""Names the demo services a served graph uses: ``demo`` or a JSON object of addresses."""
 _OWNER = "owner"  # endpoints.json: the worker id of the process that started the servers
 _MODULES: dict[str, str] = {
     "tickets": "effectgate.demo.ticket_service",
@@ -94,6 +98,11 @@ def read_tickets(data_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     from effectgate.demo.ticket_service import read_tickets_db
 
     return read_tickets_db(Path(data_dir) / TICKETS_DB)
+
+
+def service_data_exists(data_dir: str | os.PathLike[str], service: Service) -> bool:
+    """Whether ``service`` ("tickets" or "mail") has ever stored anything under ``data_dir``."""
+    return (Path(data_dir) / _DBS[service]).is_file()
 
 
 def read_error_rate(data_dir: str | os.PathLike[str], service_name: str) -> float | None:
@@ -488,6 +497,62 @@ def published_endpoints(data_dir: str | os.PathLike[str]) -> ServiceEndpoints | 
             "run 'effectgate services' again or remove it"
         )
     return ServiceEndpoints(**{k: data[k] for k in fields})
+
+
+def running_endpoints(data_dir: str | os.PathLike[str]) -> ServiceEndpoints | None:
+    """The demo services already running on ``data_dir`` (its ``endpoints.json``), if they answer.
+
+    As ``effectgate worker`` does: one world, one set of servers, so a fault
+    or a metric set on ``effectgate services`` is what a command's calls
+    meet. A damaged or stale file is no error here (``None``): a command then
+    starts its own servers, which write the file again.
+    """
+    try:
+        found = published_endpoints(data_dir)
+    except ConfigError:
+        return None
+    return found if found is not None and serving(data_dir, found) else None
+
+
+def endpoints_from_env(value: str | None) -> ServiceEndpoints | Literal["demo"] | None:
+    """Read ``EFFECTGATE_SERVICES``: the one reader of that variable.
+
+    The served graph (``effectgate.server``) starts its tools from it, and
+    ``effectgate reconcile --failed`` asks the same services whether the
+    effect took place, so both read it here.
+
+    Args:
+        value: the variable's value; ``None`` or empty when it is unset.
+
+    Returns:
+        ``None`` when unset; ``"demo"`` when the process is to start the demo
+        services in its state directory; else the addresses of services
+        someone else runs.
+
+    Raises:
+        ConfigError: neither ``demo`` nor a JSON object of exactly
+            ``ticket_url``, ``smtp_host``, ``smtp_port`` (an integer) and
+            ``mail_url``.
+    """
+    if not value:
+        return None
+    if value.strip() == "demo":
+        return "demo"
+    try:
+        given = json.loads(value)
+    except ValueError as exc:
+        raise ConfigError(f"{SERVICES_ENV}: neither 'demo' nor a JSON object: {exc}") from exc
+    fields = ("ticket_url", "smtp_host", "smtp_port", "mail_url")
+    if not isinstance(given, dict) or sorted(given) != sorted(fields):
+        raise ConfigError(f"{SERVICES_ENV}: a JSON object needs exactly {', '.join(fields)}")
+    if not isinstance(given["smtp_port"], int) or isinstance(given["smtp_port"], bool):
+        raise ConfigError(f"{SERVICES_ENV}: smtp_port must be an integer")
+    return ServiceEndpoints(
+        ticket_url=str(given["ticket_url"]),
+        smtp_host=str(given["smtp_host"]),
+        smtp_port=given["smtp_port"],
+        mail_url=str(given["mail_url"]),
+    )
 
 
 def serving(

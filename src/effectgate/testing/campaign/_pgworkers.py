@@ -277,16 +277,42 @@ class _Schema:
             conn.execute(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
 
 
-def _prepare(sd: StateDir) -> list[str]:
-    """Create the ledger and checkpoint tables once, and record the threads; return their ids."""
+_PREPARE_TRIES = 5
+"""Tries of a trial's set-up before the trial (and the run) fails."""
+
+
+def _prepare(sd: StateDir, cluster: PrivateCluster | None, result: TrialResult) -> list[str]:
+    """Create the ledger and checkpoint tables once, and record the threads; return their ids.
+
+    The set-up is idempotent (``submit`` of a recorded thread with the same
+    task changes nothing), so a database that is unavailable for a while (a
+    private cluster still recovering from the previous trial's immediate
+    restart, on a loaded machine) is waited for: up to ``_PREPARE_TRIES``
+    tries with exponential backoff (1, 2, 4, 8 s), the cluster started again
+    if it does not answer, each retry noted in ``result.notes``.
+
+    Raises:
+        LedgerBusyError: the database stayed unavailable through every try.
+    """
     from effectgate._app import open_agent
     from effectgate._queue import submit
+    from effectgate.errors import LedgerBusyError
 
     threads = [f"t{n}" for n in range(THREADS)]
-    with open_agent(sd) as agent:  # migrates both stores before any worker races to
-        for thread_id in threads:
-            submit(agent, TASK, thread_id=thread_id)
-    return threads
+    for attempt in range(1, _PREPARE_TRIES + 1):
+        try:
+            with open_agent(sd) as agent:  # migrates both stores before any worker races to
+                for thread_id in threads:
+                    submit(agent, TASK, thread_id=thread_id)
+            return threads
+        except LedgerBusyError as exc:  # DatabaseUnavailableError is one
+            if attempt == _PREPARE_TRIES:
+                raise
+            result.notes.append(f"set-up try {attempt} met {type(exc).__name__}; retried")
+            if cluster is not None:
+                _ensure_up(cluster)
+            time.sleep(2 ** (attempt - 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _pid(worker: _Worker) -> int:
@@ -632,7 +658,7 @@ def _trial_on(
             services.set_error_rate("orders", 0.12)
             services.set_fault("tickets", "slow", delay_s=spec.service_delay_s)
             services.set_fault("mail", "slow", delay_s=spec.service_delay_s)
-            threads = _prepare(sd)
+            threads = _prepare(sd, cluster, result)
             injector = None
             if cluster is not None and proxy is not None:
                 injector = _Injector(cluster, proxy, result)
