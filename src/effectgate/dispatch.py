@@ -45,7 +45,15 @@ from effectgate.errors import (
     Rejected,
     ToolCallError,
 )
-from effectgate.ledger import Budget, EventKind, Ledger, Operation, OpState, Receipt
+from effectgate.ledger import (
+    Budget,
+    EventKind,
+    LeaseKeeper,
+    Ledger,
+    Operation,
+    OpState,
+    Receipt,
+)
 from effectgate.tools import EffectKind, Lookup, ToolContext, ToolResult, ToolSpec
 
 __all__ = [
@@ -72,6 +80,14 @@ without its result recorded and repeat.
 """
 _CALLS_LOCK = threading.Lock()
 
+
+def _lease_lost(reason: str) -> None:
+    # A dispatch's own lease was taken over (its renewals stopped for a whole
+    # TTL: the process was stopped or cut off). The attempt number fences
+    # whatever this process still records; nothing else to stop here.
+    log.warning("dispatch lease lost: %s", reason)
+
+
 WaitHook = Callable[[Operation, float], None]
 """Called before a backoff wait with the operation and the seconds to wait."""
 
@@ -93,6 +109,15 @@ class Dispatcher:
             or ``UNKNOWN`` when an earlier attempt may have applied, and no
             retry is spent on it. The answer to a question inside an effect
             step could be consumed by another interrupt of the same step.
+        leases: the keeper of the thread leases the runs of ``worker``
+            hold (``Agent`` passes its own, so a dispatch inside its run
+            costs no lease I/O). Default: a keeper of this dispatcher's, so
+            that a dispatch in a run that holds no lease (a served graph,
+            your own graph invoked directly) holds the thread's lease while
+            it runs: the heartbeat that keeps its attempt from being taken
+            over by another process as if it were abandoned.
+        lease_ttl_s: seconds a lease of that default keeper lasts without
+            renewal (renewed every third of it); ignored with ``leases``.
 
     Note:
         Exactly-once *effects* come from the ledger plus the tool's contract;
@@ -109,6 +134,8 @@ class Dispatcher:
         on_wait: WaitHook | None = None,
         default_budget: Budget | None = None,
         questions: tuple[type[BaseException], ...] = (),
+        leases: LeaseKeeper | None = None,
+        lease_ttl_s: float = 30.0,
     ) -> None:
         self.ledger = ledger
         self.tools = dict(tools)
@@ -117,6 +144,9 @@ class Dispatcher:
         self.on_wait = on_wait
         self.default_budget = default_budget or Budget()
         self.questions = questions
+        self.leases = leases or LeaseKeeper(
+            ledger, lease_ttl_s, _lease_lost, name=f"effectgate-dispatch-lease {worker}"
+        )
 
     # ------------------------------------------------------------------ entry
 
@@ -157,11 +187,12 @@ class Dispatcher:
             refused = self._tool_changed(call, "the tool or its version changed", detail)
             if refused is not None:
                 return refused
-        try:
-            op = self._open(call, spec, args)
-        except IntentConflictError as exc:
-            return self._conflict(call, exc)
-        return self._drive(call, spec, args, op)
+        with self.leases.shared(call.thread_id, worker=self.worker):
+            try:
+                op = self._open(call, spec, args)
+            except IntentConflictError as exc:
+                return self._conflict(call, exc)
+            return self._drive(call, spec, args, op)
 
     def _tool_changed(self, call: EffectCall, why: str, detail: dict[str, Any]) -> Outcome | None:
         """Refuse a call approved under another tool version, if it has not started.

@@ -45,7 +45,6 @@ from effectgate.errors import ConfigError, DecisionError
 from effectgate.graph._async_runs import in_thread, stream_updates
 from effectgate.graph._build import AgentParts, build_agent
 from effectgate.graph._drive import Runs
-from effectgate.graph._lease import LeaseKeeper
 from effectgate.graph._policy import Policy
 from effectgate.graph._prune import PrunePolicy, PruneReport, prune
 from effectgate.graph._reading import ThreadReader
@@ -73,7 +72,7 @@ from effectgate.graph._turns import (
     turn_to_run,
     unapplied_turn,
 )
-from effectgate.ledger import Ledger, Operation, ThreadRecord
+from effectgate.ledger import LeaseKeeper, Ledger, Operation, ThreadRecord
 from effectgate.ledger._tombstones import refuse_deleted
 from effectgate.tools import ToolSpec
 
@@ -131,6 +130,9 @@ class Agent:
         on_wait: Callable[[Operation, float], None] | None = None,
     ) -> None:
         self.worker = new_worker_id()
+        self._keeper = LeaseKeeper(
+            ledger, lease_ttl_s, self.request_stop, name=f"effectgate-lease-keeper {self.worker}"
+        )
         self.parts: AgentParts = build_agent(
             model,
             tools,
@@ -141,6 +143,7 @@ class Agent:
             worker=self.worker,
             clock=clock,
             on_wait=on_wait,
+            leases=self._keeper,  # a dispatch inside a run holds its lease already
         )
         self.graph = self.parts.graph
         self.ledger = ledger
@@ -151,9 +154,6 @@ class Agent:
         self.on_event = on_event
         self._runs = Runs()
         """The runs under way: their controls, stop requests and ``astream`` listeners."""
-        self._keeper = LeaseKeeper(
-            ledger, lease_ttl_s, self.request_stop, name=f"effectgate-lease-keeper {self.worker}"
-        )
         self._reader = ThreadReader(self.graph, ledger, self.parts.specs, self._config)
         """Reads threads back; keeps where this agent's runs stopped (``_stops``)."""
         self._stops: Recent[str, Stop] = self._reader.stops

@@ -56,7 +56,7 @@ from effectgate.graph._nodes import make_effect_node, make_tools_node, malformed
 from effectgate.graph._policy import Policy
 from effectgate.graph._review import make_review_node, refuse_resume_before_run
 from effectgate.graph._state import EffectTask, effect_node_name
-from effectgate.ledger import Ledger, Operation
+from effectgate.ledger import LeaseKeeper, Ledger, Operation
 from effectgate.tools import ToolSpec, from_langchain_tool
 
 __all__ = [
@@ -147,6 +147,7 @@ def build_parts(
     clock: Clock | None = None,
     worker: str | None = None,
     on_wait: Callable[[Operation, float], None] | None = None,
+    leases: LeaseKeeper | None = None,
 ) -> GateParts:
     """Build the dispatcher and the node functions for ``tools`` (see ``add_effect_nodes``).
 
@@ -168,6 +169,7 @@ def build_parts(
         on_wait=on_wait,
         default_budget=policy.budget,
         questions=(GraphInterrupt,),
+        leases=leases,
     )
     return GateParts(
         specs=specs,
@@ -257,6 +259,7 @@ def add_effect_nodes(
     clock: Clock | None = None,
     worker: str | None = None,
     on_wait: Callable[[Operation, float], None] | None = None,
+    leases: LeaseKeeper | None = None,
 ) -> EffectGate:
     """Add effectgate's tools, review and effect nodes to your ``StateGraph``.
 
@@ -292,6 +295,10 @@ def add_effect_nodes(
         clock: time source for approvals and backoff.
         worker: this process's worker id (``claimed_by``); default: new.
         on_wait: progress hook called before each backoff wait (seconds).
+        leases: the thread-lease keeper of the runner that runs your graph,
+            if it holds thread leases; default: each dispatch holds its
+            thread's lease itself while it runs (``Dispatcher``), so a live
+            attempt is never taken for an abandoned one.
 
     Returns:
         The ``EffectGate``: router, node names, tools and dispatcher.
@@ -303,7 +310,13 @@ def add_effect_nodes(
             not exist, so the crash it asks for could never happen.
     """
     parts = build_parts(
-        tools, ledger=ledger, policy=policy, clock=clock, worker=worker, on_wait=on_wait
+        tools,
+        ledger=ledger,
+        policy=policy,
+        clock=clock,
+        worker=worker,
+        on_wait=on_wait,
+        leases=leases,
     )
     gate = EffectGate(specs=parts.specs, dispatcher=parts.dispatcher, then=then, done=done)
     taken = sorted(set(gate.nodes) & set(builder.nodes))

@@ -28,7 +28,7 @@ from effectgate.graph._blocks import add_effect_nodes, opaque_node, to_specs
 from effectgate.graph._nodes import make_agent_node
 from effectgate.graph._policy import Policy
 from effectgate.graph._state import AgentState
-from effectgate.ledger import Ledger, Operation
+from effectgate.ledger import LeaseKeeper, Ledger, Operation
 from effectgate.tools import ToolSpec
 
 __all__ = ["AgentParts", "build_agent", "new_worker_id", "to_specs"]
@@ -66,6 +66,7 @@ def build_agent(
     worker: str | None = None,
     clock: Clock | None = None,
     on_wait: Callable[[Operation, float], None] | None = None,
+    leases: LeaseKeeper | None = None,
 ) -> AgentParts:
     """Build the agent graph with a review interrupt and one node per side effect.
 
@@ -81,6 +82,9 @@ def build_agent(
         worker: this process's worker id (``claimed_by``); default: new.
         clock: time source for approvals and backoff.
         on_wait: progress hook called before each backoff wait (seconds).
+        leases: the thread-lease keeper of the runner that runs the graph
+            (``Agent`` passes its own); default: the dispatcher holds each
+            dispatched thread's lease itself (``Dispatcher``).
 
     Returns:
         ``AgentParts`` whose ``graph`` is the compiled ``StateGraph``. Use
@@ -108,6 +112,7 @@ def build_agent(
         clock=clock,
         worker=worker,
         on_wait=on_wait,
+        leases=leases,
     )
     graph = builder.compile(checkpointer=checkpointer)
     return AgentParts(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from effectgate.ledger._backoff import full_jitter_delay
+from effectgate.ledger._lease_keeper import LeaseKeeper
 from effectgate.ledger._ledger import Ledger, SqliteLedger
 from effectgate.ledger._model import (
     MAX_RECOVERIES,
@@ -64,6 +65,7 @@ __all__ = [
     "EventKind",
     "Expect",
     "Lease",
+    "LeaseKeeper",
     "Ledger",
     "LedgerMetrics",
     "LedgerStore",

@@ -5,10 +5,18 @@ LangGraph does not serialise runs per thread (two runs silently fork it), so
 database (docs/architecture.md, "The runner"). ``LeaseKeeper`` takes the
 lease (waiting a little for a live holder, taking over from a dead one) and
 renews every lease it holds from one background thread.
+
+The renewal is also the heartbeat of a live attempt: an IN_FLIGHT attempt is
+taken over only when its worker is proven gone or its thread's lease was not
+renewed for a whole TTL (``Ledger.attempt_holder``). A dispatcher whose run
+holds no lease (a served graph, your own graph invoked directly) holds the
+thread's lease itself for each dispatch (``LeaseKeeper.shared``), as a
+Temporal activity heartbeats while it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +24,8 @@ from contextlib import contextmanager
 
 from effectgate._process import owner_is_gone
 from effectgate.errors import LedgerError, ThreadBusyError
-from effectgate.ledger import Lease, Ledger
+from effectgate.ledger._ledger import Ledger
+from effectgate.ledger._model import Lease
 
 __all__ = ["LeaseKeeper"]
 
@@ -46,6 +55,10 @@ class LeaseKeeper:
         self._ttl_s = ttl_s
         self._on_lost = on_lost
         self._held: dict[str, Lease] = {}
+        self._shares: dict[str, int] = {}
+        """Per thread: ``shared`` blocks open; the lease is released by the last, if it took it."""
+        self._taken: set[str] = set()
+        """Threads whose lease ``shared`` took (and so releases), not a run's ``held``."""
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -85,6 +98,59 @@ class LeaseKeeper:
                     f"the lease of thread {thread_id!r} could not be released ({exc}); "
                     f"it expires by itself within {ttl_s:g} s"
                 )
+
+    @contextmanager
+    def shared(self, thread_id: str, *, worker: str) -> Iterator[bool]:
+        """Keep ``thread_id``'s lease held and renewed for the block, if it can be had.
+
+        The heartbeat of a dispatch: a run of this keeper's that holds the
+        thread already (``held``) is only counted (no ledger I/O); otherwise
+        the lease is taken for ``worker`` (taken over from a proven-dead
+        holder), renewed every ``ttl_s / 3``, and released by the last block
+        open on the thread (two effect nodes of one superstep share it).
+
+        Args:
+            thread_id: the thread whose operations the block dispatches.
+            worker: the owner recorded on the lease (the dispatcher's
+                worker id, the attempts' ``claimed_by``).
+
+        Yields:
+            True when the lease is held for the block; False when another
+            live runner holds the thread, or the ledger could not be written
+            (the dispatch goes on: its claims are compare-and-set, and a
+            live attempt of another worker is waited for, never repeated).
+        """
+        with self._lock:
+            if thread_id not in self._held:
+                try:
+                    lease = self._acquire(thread_id, worker=worker, ttl_s=self._ttl_s, wait_s=0)
+                except (ThreadBusyError, LedgerError):
+                    lease = None
+                if lease is None:
+                    have = False
+                else:
+                    self.hold(lease)
+                    self._taken.add(thread_id)
+                    have = True
+            else:
+                have = True
+            if have:
+                self._shares[thread_id] = self._shares.get(thread_id, 0) + 1
+        try:
+            yield have
+        finally:
+            if have:
+                with self._lock:
+                    left = self._shares[thread_id] - 1
+                    if left:
+                        self._shares[thread_id] = left
+                    else:
+                        del self._shares[thread_id]
+                        if thread_id in self._taken:
+                            self._taken.discard(thread_id)
+                            # A failed release expires by itself within one TTL.
+                            with contextlib.suppress(LedgerError):
+                                self.release(thread_id)
 
     def _acquire(self, thread_id: str, *, worker: str, ttl_s: float, wait_s: float) -> Lease:
         waited = 0.0
