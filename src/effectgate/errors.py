@@ -88,7 +88,21 @@ class FollowUpError(ConfigError, ValueError):
     (``Agent.send``, the agent node, ``EffectGateMiddleware.before_model``);
     the text names each waiting call (tool and operation id, state and
     attempt) or interrupt, and how to answer it.
+
+    Attributes:
+        started: ``(tool_call_id, operation_id)`` of each call refused
+            because its operation may have started (empty when the refusal
+            is for an interrupt or for calls ``supersede`` would close). The
+            agent node sends these calls back to their effect nodes, which
+            ask their verdicts again.
     """
+
+    def __init__(self, message: str, *, started: tuple[tuple[str, str], ...] = ()) -> None:
+        self.started = started
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_kw, (type(self), {"message": str(self), "started": self.started}))
 
 
 class MissingHookError(ConfigError, NotImplementedError):

@@ -131,22 +131,35 @@ def test_new_input_while_a_first_review_waits_answers_the_call_superseded(
     assert world(state_dir).tickets == 0
 
 
-def test_new_input_while_a_call_may_have_started_is_refused_naming_it(
+def test_new_input_while_a_call_may_have_started_drives_it_on_and_answers_after(
     services: DemoServices, state_dir: StateDir
 ) -> None:
-    """A claimed operation (IN_FLIGHT, attempt 1) is never answered "superseded"."""
+    """A claimed operation (IN_FLIGHT, attempt 1) is never answered "superseded".
+
+    Before, the agent node refused the message on this and every later run
+    (the input had dropped the interrupt; the thread was wedged). Now the
+    call goes back to its effect node, which meets it in the ledger as any
+    resume would (here: a claim nobody runs, recovered through the ticket
+    lookup, then one create request); the message is answered after it.
+    """
     with conversation_agent(state_dir, services) as agent:
         waiting = agent.start(TASK, thread_id="c")
         (review,) = waiting.interrupts
         (action,) = review.value["action_requests"]
         _approve_in_ledger(agent, action, claim=True)
         with pytest.raises(FollowUpError) as refused:
-            agent.graph.invoke(
-                {"messages": [HumanMessage(ALSO_LEAD)]}, _config("c"), durability="sync"
-            )
+            agent.send("c", ALSO_LEAD, supersede=True)  # refused before anything is written
+        agent.graph.invoke({"messages": [HumanMessage(ALSO_LEAD)]}, _config("c"), durability="sync")
         op = agent.ledger.get(action["operation_id"])
+        messages = agent.messages("c")
     text = str(refused.value)
     assert f"create_ticket ({action['operation_id']})" in text
     assert "in_flight at attempt 1 and may have started" in text.lower()
-    assert op is not None and op.state is OpState.IN_FLIGHT and op.attempt == 1
-    assert world(state_dir).tickets == 0
+    assert op is not None and op.state is OpState.SUCCEEDED
+    assert history_problems(messages) == [], messages
+    follow = [i for i, m in enumerate(messages) if m.content == ALSO_LEAD]
+    assert len(follow) == 1
+    answers = [m for m in messages[: follow[0]] if isinstance(m, ToolMessage)]
+    assert any(m.tool_call_id == action["tool_call_id"] for m in answers)
+    assert world(state_dir).tickets == 1
+    assert services.stats("tickets")["create_requests"] == 1

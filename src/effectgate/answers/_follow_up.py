@@ -136,20 +136,27 @@ def follow_up_plan(
             f"thread {thread_id!r} has calls no tool message answers: {named}; answer them first"
         )
     plan: list[Closing] = []
+    started: list[tuple[OpenCall, Operation]] = []
     for call in calls:
         ops = _operations_of(ledger, thread_id, call)
-        for op in ops:
-            if not never_started(op) and op.state not in _KNOWN_OUTCOME:
-                raise FollowUpError(
-                    f"thread {thread_id!r}: {call.tool} ({op.operation_id}) is "
-                    f"{op.state.value} at attempt {op.attempt} and may have started: it is "
-                    "never superseded by a new message; answer its review or reconciliation "
-                    f"first (effectgate pending, effectgate resume --thread {thread_id})"
-                )
+        started += [
+            (call, op) for op in ops if not never_started(op) and op.state not in _KNOWN_OUTCOME
+        ]
         own = [o for o in ops if (o.thread_id, o.tool_call_id) == (thread_id, call.tool_call_id)]
         chosen = own[0] if own else (ops[0] if ops else None)
         settled = chosen is not None and chosen.state in _KNOWN_OUTCOME
         plan.append(Closing(call=call, operation=chosen, settled=settled))
+    if started:
+        named = "; ".join(
+            f"{call.tool} ({op.operation_id}) is {op.state.value} at attempt {op.attempt}"
+            for call, op in started
+        )
+        raise FollowUpError(
+            f"thread {thread_id!r}: {named} and may have started: it is "
+            "never superseded by a new message; answer its review or reconciliation "
+            f"first (effectgate pending, effectgate resume --thread {thread_id})",
+            started=tuple((call.tool_call_id, op.operation_id) for call, op in started),
+        )
     return plan
 
 

@@ -41,7 +41,13 @@ from effectgate.graph._review import choose_operation_id
 from effectgate.ledger import Ledger
 from effectgate.tools import ToolSpec
 
-__all__ = ["before_follow_up", "close_open_calls", "follow_up_index", "superseded_message"]
+__all__ = [
+    "answered_after_follow_up",
+    "before_follow_up",
+    "close_open_calls",
+    "follow_up_index",
+    "superseded_message",
+]
 
 
 def follow_up_index(messages: Sequence[AnyMessage]) -> int | None:
@@ -64,6 +70,33 @@ def follow_up_index(messages: Sequence[AnyMessage]) -> int | None:
     if not any(c not in answered for c in calls):
         return None
     return idx if any(not isinstance(m, ToolMessage) for m in after) else None
+
+
+def answered_after_follow_up(messages: Sequence[AnyMessage]) -> int | None:
+    """The last AI message's index if every call of it is answered, one only after a later message.
+
+    A follow-up that met a call which may have started (a verdict waiting)
+    is kept in the history while that call is asked again; its answer then
+    lands after the follow-up. ``before_follow_up(messages, idx, [])`` moves
+    it back, so the model gets each answer right after its call. ``None``
+    when the order is already one the chat APIs accept.
+    """
+    for idx in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[idx], AIMessage):
+            break
+    else:
+        return None
+    ai = messages[idx]
+    assert isinstance(ai, AIMessage)
+    own = {c.get("id") for c in [*ai.tool_calls, *ai.invalid_tool_calls]}
+    seen_other = False
+    for m in messages[idx + 1 :]:
+        if isinstance(m, ToolMessage) and m.tool_call_id in own:
+            if seen_other:
+                return idx
+        else:
+            seen_other = True
+    return None
 
 
 def _open_calls(

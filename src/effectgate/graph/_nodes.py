@@ -10,23 +10,35 @@ which reads the ledger first and repeats nothing the ledger knows started.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
-from langgraph.types import interrupt
+from langgraph.types import Command, Send, interrupt
 
 from effectgate import _failpoints
 from effectgate._clock import Clock
 from effectgate._failpoints import Failpoint
 from effectgate.answers import check_review_answer, respond_text, review_description
 from effectgate.dispatch import Dispatcher, DispatchStatus, EffectCall, Outcome, validate_verdict
-from effectgate.errors import ConfigError, DecisionError, Rejected, ToolCallError, ToolError
-from effectgate.graph._follow_up import before_follow_up, close_open_calls, follow_up_index
+from effectgate.errors import (
+    ConfigError,
+    DecisionError,
+    FollowUpError,
+    Rejected,
+    ToolCallError,
+    ToolError,
+)
+from effectgate.graph._follow_up import (
+    answered_after_follow_up,
+    before_follow_up,
+    close_open_calls,
+    follow_up_index,
+)
 from effectgate.graph._messages import (
     PendingCall,
     answer_id,
@@ -49,6 +61,7 @@ from effectgate.graph._state import (
     ReconciliationRequest,
     ReviewConfig,
     ReviewRequest,
+    effect_node_name,
 )
 from effectgate.ledger import Approval, Ledger, OpenRequest
 from effectgate.tools import ToolContext, ToolSpec
@@ -78,7 +91,12 @@ def make_agent_node(
     operations they opened are rejected in the ledger) and the model sees a
     valid history; a call that may have started refuses the message with a
     ``FollowUpError`` naming the tool and operation, and the model is not
-    called.
+    called. In a graph run (where the new input already dropped the
+    interrupt) that refusal is not raised: the node writes nothing, the
+    open calls go back through the review and their effect nodes ask their
+    verdicts again, and the message is answered once they are, with their
+    answers moved before it (``answered_after_follow_up``). ``Agent.send``
+    refuses such a message before anything is written.
 
     A model error propagates: the step fails, the checkpoint keeps the
     thread, and a resume calls the model again (model calls have no side
@@ -92,16 +110,32 @@ def make_agent_node(
     """
     bound = model.bind_tools([s.to_openai_tool() for s in specs.values()])
 
-    def agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+    def agent(state: AgentState, config: RunnableConfig) -> dict[str, Any] | Command[Any]:
         history = list(state["messages"])
         thread_id = config["configurable"]["thread_id"]
         moved: list[Any] = []
         idx = follow_up_index(history)
         if idx is not None:
-            answers = close_open_calls(
-                history, specs=specs, ledger=ledger, thread_id=str(thread_id), now=clock.now()
-            )
+            try:
+                answers = close_open_calls(
+                    history, specs=specs, ledger=ledger, thread_id=str(thread_id), now=clock.now()
+                )
+            except FollowUpError as exc:
+                if not exc.started:
+                    raise
+                # A call of the last AI message may have started (its verdict
+                # waits): the message may not close it, and the new input
+                # dropped the interrupt that asked for it. Nothing is written:
+                # those calls go back to their effect nodes, which ask for
+                # their verdicts again; the message stays in the history and
+                # is answered once they are (the calls that never started are
+                # then closed as superseded, as for any follow-up).
+                return Command(goto=_again(history[idx], exc.started, str(thread_id), ledger))
             history, moved = before_follow_up(history, idx, answers)
+        else:
+            late = answered_after_follow_up(history)
+            if late is not None:  # the calls held back above, answered since
+                history, moved = before_follow_up(history, late, [])
         open_calls = unanswered_calls(history)
         if open_calls:
             # A host merged a message after a call, or wrote the state without
@@ -122,6 +156,36 @@ def make_agent_node(
         return {"messages": [*moved, reply]}
 
     return agent
+
+
+def _again(
+    ai: AnyMessage, started: Sequence[tuple[str, str]], thread_id: str, ledger: Ledger
+) -> list[Send]:
+    """The effect tasks of calls a follow-up could not close, from what the ledger recorded.
+
+    Each runs its operation as approved (its stored arguments and intent
+    hash), so its effect node meets it where it stands (a verdict asked
+    again, a live attempt waited for, a result reused); nothing is re-reviewed.
+    """
+    assert isinstance(ai, AIMessage)
+    sends = []
+    for tool_call_id, operation_id in started:
+        op = ledger.get(operation_id)
+        if op is None:  # pragma: no cover - follow_up_plan read it just now
+            continue
+        approval = ledger.latest_approval(operation_id)
+        task = EffectTask(
+            thread_id=thread_id,
+            tool_call_id=tool_call_id,
+            tool=op.tool,
+            args=dict(op.args),
+            operation_id=operation_id,
+            intent_hash=op.intent_hash,
+            edited=approval is not None and approval.edited_args is not None,
+            batch_size=len(started),
+        )
+        sends.append(Send(effect_node_name(op.tool), task))
+    return sends
 
 
 def malformed_reason(call: PendingCall, specs: Mapping[str, ToolSpec]) -> str | None:
