@@ -199,3 +199,49 @@ def test_the_ledger_and_the_checkpoints_judge_a_connection_failure_alike(
             pass
     with pytest.raises(DatabaseUnavailableError):  # too many connections: a retry may cure it
         PostgresLedger(_url(cluster, schema, user="busy"), bound=True, retry_for=0.5)
+
+
+def test_a_worker_pool_hands_the_password_to_its_workers_off_their_command_line(
+    tmp_path: Path, cluster: PrivateCluster, schema: str
+) -> None:
+    """worker --processes 2 with EFFECTGATE_STORE: each worker reaches the store; no argv has it."""
+    import signal
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    url = _url(cluster, schema)
+    assert _run_waiting(state, url).code == 4
+    env = {k: v for k, v in cli_env().items() if not k.startswith("PG")}
+    env["EFFECTGATE_STORE"] = url
+    argv = ["worker", "--state-dir", str(state), "--processes", "2", "--approve", "all"]
+    argv += ["--agent", AGENT]
+    pool = subprocess.Popen(
+        [sys.executable, "-m", "effectgate.cli", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert pool.stderr is not None and pool.stdout is not None
+        ran = pool.stdout.readline()  # one line per run: the thread, taken by a worker
+        assert "thread_id=b" in ran, ran
+        ready = 0
+        while ready < 2:  # each worker says so once it has opened the store
+            line = pool.stderr.readline()
+            assert line, "the pool ended before its workers were ready"
+            ready += "effectgate worker: ready" in line
+        children = Path(f"/proc/{pool.pid}/task/{pool.pid}/children").read_text().split()
+        argvs = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children]
+        assert len(argvs) == 2 and all(b"worker" in argv for argv in argvs)
+        assert not any(SECRET.encode() in argv for argv in argvs)
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        out, err = pool.communicate(timeout=120)
+    assert pool.returncode == 5, err[-2000:]
+    assert SECRET not in out + err
+    with PostgresLedger(url) as ledger:
+        assert [op.state for op in ledger.list(thread_id="b")] == [OpState.SUCCEEDED]
