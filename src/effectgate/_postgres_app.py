@@ -18,7 +18,42 @@ if TYPE_CHECKING:
     from effectgate._clock import Clock
     from effectgate.ledger import Ledger
 
-__all__ = ["bind_store", "check_store_url", "open_postgres_stores", "require_postgres"]
+__all__ = [
+    "STORE_ENV",
+    "bind_store",
+    "check_store_url",
+    "give_store",
+    "given_for",
+    "open_postgres_stores",
+    "require_postgres",
+]
+
+STORE_ENV = "EFFECTGATE_STORE"
+"""The environment variable naming the store: the CLI's ``--store``, the server's store."""
+
+_given: dict[str, None] = {}
+"""The stores given to this process (``--store``: ``give_store``; ``open_agent(store=...)``:
+``bind_store``), password and all, in the order given: every later open of a state
+directory that records the same store connects with the given URL (``given_for``)."""
+
+
+def give_store(store: str | None) -> str | None:
+    """Keep ``store`` as given to this process, for every open of the store it names.
+
+    The CLI's ``--store`` (and ``EFFECTGATE_STORE``) comes here as it is
+    parsed, before the command opens anything: a report read before the
+    command binds the store (``cli/_recovery``) then connects with it too.
+    Nothing is checked here; ``bind_store`` checks it when the directory opens.
+
+    Args:
+        store: the URL given, or ``None``.
+
+    Returns:
+        ``store``, unchanged (a typer option callback).
+    """
+    if store:
+        _given[store] = None
+    return store
 
 
 def require_postgres(store: str) -> None:
@@ -89,8 +124,7 @@ def open_postgres_stores(
     try:
         saver = stack.enter_context(open_postgres_saver(store))
     except psycopg.Error as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"cannot use checkpoint database {redacted(store)}: {first}") from exc
+        raise ConfigError(f"cannot use checkpoint database {redacted(store)}: {_why(exc)}") from exc
     return ledger, saver
 
 
@@ -136,8 +170,15 @@ def probe_store(store: str) -> None:
                     "(CREATE SCHEMA) or name an existing one"
                 )
     except psycopg.Error as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"cannot use ledger database {redacted(store)}: {first}") from None
+        raise ConfigError(f"cannot use ledger database {redacted(store)}: {_why(exc)}") from None
+
+
+def _why(exc: BaseException) -> str:
+    """A refused connection's reason (``connection_refusal``), else libpq's first line."""
+    from effectgate.ledger._postgres_login import connection_refusal
+
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return connection_refusal(exc) or first
 
 
 def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -> str | None:
@@ -159,8 +200,16 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
         store: the URL given now, or ``None``.
         store_format: the marker format that records a store.
 
+    The URL given is the one every open of the store in this process uses
+    (the recovery report, ``threads``, a reader of the same directory):
+    without ``store``, a recorded store is reached with the URL given
+    earlier in this process for the same server, database, user and options,
+    else with ``EFFECTGATE_STORE`` if it names that store, else as recorded
+    (libpq then looks for a password in ``PGPASSWORD`` and ``~/.pgpass``).
+
     Returns:
-        The URL to connect with: ``store`` if given, else the recorded one.
+        The URL to connect with: ``store`` if given, else the recorded one
+        (``given_for``).
 
     Raises:
         ConfigError: ``store`` is not a PostgreSQL URL, the directory already
@@ -171,7 +220,7 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
     data = json.loads(marker.read_text() or "{}")
     recorded = data.get("store")
     if store is None:
-        return str(recorded) if recorded else None
+        return given_for(str(recorded)) if recorded else None
     require_postgres(store)
     from effectgate.ledger._postgres import same_database, without_password
 
@@ -183,6 +232,7 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
             )
         probe_store(store)  # bind only a store that can be reached
         marker.write_text(json.dumps({"format": store_format, "store": without_password(store)}))
+        _given[store] = None
         return store
     if not same_database(str(recorded), store):
         raise ConfigError(
@@ -191,4 +241,33 @@ def bind_store(root: Path, marker: Path, store: str | None, store_format: int) -
             "store), or use a new --state-dir for the other store (a state directory keeps "
             "one store for life: its workspace matches that ledger)"
         )
+    _given[store] = None
     return store
+
+
+def given_for(recorded: str) -> str:
+    """The URL to reach a state directory's recorded (password-less) store with.
+
+    Args:
+        recorded: the store as ``effectgate.json`` records it.
+
+    Returns:
+        The URL given to this process for the same server, database, user
+        and options (``bind_store`` keeps each one given), else
+        ``EFFECTGATE_STORE`` if it names that store, else ``recorded``. An
+        ``EFFECTGATE_STORE`` naming another store, or none libpq can parse,
+        is left alone here: only a command's ``--store`` is checked against
+        the directory's (``bind_store``).
+    """
+    import os
+
+    from effectgate.ledger._postgres import is_postgres_url, same_database
+
+    env = os.environ.get(STORE_ENV) or ""
+    for url in [*reversed(_given), *([env] if is_postgres_url(env) else [])]:
+        try:
+            if same_database(recorded, url):
+                return url
+        except ConfigError:
+            continue  # the marker's damage is reported where the store is opened
+    return recorded

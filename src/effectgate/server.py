@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.graph.state import CompiledStateGraph
 
+from effectgate._postgres_app import STORE_ENV
 from effectgate.demo.services import SERVICES_ENV
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ __all__ = ["make_graph"]
 
 STATE_DIR_ENV = "EFFECTGATE_STATE_DIR"
 MODEL_ENV = "EFFECTGATE_MODEL"
-STORE_ENV = "EFFECTGATE_STORE"
 
 
 async def make_graph(

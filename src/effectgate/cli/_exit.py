@@ -9,7 +9,8 @@ code   name                        meaning
 1      ERROR                       an unexpected error; the thread stays resumable
 2      BAD_INPUT                   usage error, malformed decisions file, an answer
                                    the graph refused, unknown thread or operation,
-                                   state directory not ours, bad model spec
+                                   state directory not ours, bad model spec, a
+                                   PostgreSQL login or database the server refused
 3      WAITING_RECONCILIATION      an outcome is unknown; a human verdict is needed
                                    (3 is the customary code for NEEDS_RECONCILIATION)
 4      WAITING_REVIEW              side effects await approve / edit / reject
@@ -79,10 +80,10 @@ _STATUSES: dict[str, ExitCode] = {
 
 EXIT_CODE_HELP = (
     "Exit codes: 0 done; 1 error; 2 bad input (usage, decisions file, an answer the graph "
-    "refused, unknown thread or operation, state directory not ours); 3 waiting for "
-    "reconciliation; 4 waiting for review; 5 incomplete (stopped early, or SIGINT / SIGTERM "
-    "received; resumable); 75 thread busy, ledger locked or database unavailable (try again); "
-    "137 killed at a failpoint."
+    "refused, unknown thread or operation, state directory not ours, a database login "
+    "refused); 3 waiting for reconciliation; 4 waiting for review; 5 incomplete (stopped "
+    "early, or SIGINT / SIGTERM received; resumable); 75 thread busy, ledger locked or "
+    "database unavailable (try again); 137 killed at a failpoint."
 )
 """One paragraph for ``--help`` texts."""
 

@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 
 from effectgate import _failpoints
+from effectgate._postgres_app import STORE_ENV, give_store
 from effectgate.cli._output import DEFAULT_STATE_DIR, command_hint
 from effectgate.cli._runner import RunFlags
 
@@ -66,8 +67,9 @@ StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store",
-        envvar="EFFECTGATE_STORE",
+        envvar=STORE_ENV,
         metavar="URL",
+        callback=give_store,  # every open in this process connects with it (its password)
         help="postgresql://... : keep the ledger and checkpoints in PostgreSQL (recorded in the "
         "state directory, which keeps it for life; default: its SQLite files).",
     ),

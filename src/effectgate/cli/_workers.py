@@ -709,7 +709,9 @@ def worker_main(
         # environment (readable by its owner only), never on argv (``ps``).
         env = dict(os.environ)
         if store:
-            env["EFFECTGATE_STORE"] = store  # the envvar of the CLI's --store
+            from effectgate._postgres_app import STORE_ENV
+
+            env[STORE_ENV] = store  # the envvar of the CLI's --store
         from effectgate.cli._signals import STOPPER
 
         return run_worker_processes(argv, processes, env=env, stopped=lambda: STOPPER.requested)

@@ -422,7 +422,8 @@ def open_postgres_saver(
         The saver.
 
     Raises:
-        psycopg.Error: the server cannot be reached or refuses the setup.
+        psycopg.Error: the server cannot be reached or refuses the setup (a refused
+            login or database at once: ``connection_refusal``; else after the retries).
     """
     from effectgate.ledger._postgres import _retry_budget, retry_transient
 

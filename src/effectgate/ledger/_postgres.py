@@ -90,6 +90,7 @@ from effectgate.ledger._ledger import Ledger
 from effectgate.ledger._model import (
     Lease,
 )
+from effectgate.ledger._postgres_login import connection_refusal
 from effectgate.ledger._postgres_migrations import PG_LATEST_VERSION, PG_MIGRATIONS, VERSION_TABLE
 from effectgate.ledger._sql import (
     PG_BEGIN_READ,
@@ -259,7 +260,9 @@ def is_transient(exc: BaseException) -> bool:
     the connection: "server closed the connection unexpectedly", "connection
     refused") and ``PoolTimeout`` (no connection could be had in time).
     ``PipelineAborted`` (a statement skipped after an earlier one failed) is not:
-    the earlier error is the one to judge.
+    the earlier error is the one to judge. Nor is a connection attempt the
+    server refused for good (``connection_refusal``: a refused login, a
+    ``pg_hba.conf`` reject, no such database): a retry would fail the same way.
 
     Only for a store that was opened once: at the first connection, libpq's
     errors carry no SQLSTATE at all (a wrong database name and a refused
@@ -273,7 +276,9 @@ def is_transient(exc: BaseException) -> bool:
     state = exc.sqlstate or ""
     if state.startswith("08") or state in _TRANSIENT_STATES:
         return True
-    return isinstance(exc, psycopg.OperationalError) and not state
+    return (
+        isinstance(exc, psycopg.OperationalError) and not state and connection_refusal(exc) is None
+    )
 
 
 def _retry_budget(retry_for: timedelta | float | None) -> float:
@@ -312,6 +317,9 @@ def _translate(exc: BaseException, where: str, *, opened: bool = True) -> Except
         opened: the store was opened once; then a lost connection is
             ``DatabaseUnavailableError`` (exit 75), not a ``ConfigError``.
     """
+    refusal = connection_refusal(exc)
+    if refusal is not None:  # at the first connection or any later one: a retry cannot cure it
+        return ConfigError(f"cannot use ledger database {where}: {refusal}")
     if isinstance(exc, PoolTimeout):
         return DatabaseUnavailableError(
             f"ledger {where}: no database connection could be had in time (the server is "
@@ -1064,7 +1072,9 @@ class PostgresLedgerStore:
             its first connection is retried like any later one, for
             ``retry_for``, then ``DatabaseUnavailableError``. A server
             restarting as a worker starts is passing; only an address never
-            reached may be a mistake.
+            reached may be a mistake. A connection the server refuses for
+            good (``connection_refusal``: a refused login, no such database)
+            is not retried, bound or not.
 
     No state is left on a connection between transactions (each sets its
     ``synchronous_commit``, ``lock_timeout`` and ``search_path`` locally,
@@ -1073,10 +1083,10 @@ class PostgresLedgerStore:
     such as PgBouncer (docs/postgres.md).
 
     Raises:
-        ConfigError: the server cannot be reached or refuses the login or
-            database at this first connection (libpq's errors carry no
-            SQLSTATE then: a wrong port and a stopped server look alike),
-            unless ``bound``.
+        ConfigError: the server refuses the login or the database (at once,
+            ``bound`` or not), or cannot be reached at this first connection
+            (libpq's errors carry no SQLSTATE then: a wrong port and a stopped
+            server look alike), unless ``bound``.
         DatabaseUnavailableError: ``bound``, and no connection could be had
             within ``retry_for``.
         ConfigError: the schema holds ledger tables but no version table (not ours).

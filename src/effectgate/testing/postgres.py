@@ -23,7 +23,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -172,12 +172,16 @@ class PrivateCluster:
         max_connections: the server's ``max_connections`` (a fault campaign's
             four workers, a reviewer and a stopped worker's pools need more
             than a test's 40).
+        hba: ``pg_hba.conf`` lines put before initdb's own (the first line
+            that matches a connection decides): e.g. ``host all app
+            127.0.0.1/32 scram-sha-256`` for a role that must give a password,
+            while ``postgres`` (``admin_dsn``) keeps trust.
 
     Raises:
         FileNotFoundError: ``initdb`` / ``pg_ctl`` are not installed (see ``available``).
     """
 
-    def __init__(self, *, max_connections: int = 40) -> None:
+    def __init__(self, *, max_connections: int = 40, hba: Sequence[str] = ()) -> None:
         import tempfile
 
         initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
@@ -211,6 +215,14 @@ class PrivateCluster:
             input=settings.encode(),
             check=True,
         )
+        if hba:
+            conf = self.data / "pg_hba.conf"
+            old = subprocess.run([*self._as, "cat", str(conf)], check=True, capture_output=True)
+            subprocess.run(
+                [*self._as, "sh", "-c", f"cat > '{conf}'"],
+                input="".join(f"{line}\n" for line in hba).encode() + old.stdout,
+                check=True,
+            )
 
     @staticmethod
     def available() -> bool:
