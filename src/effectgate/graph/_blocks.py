@@ -441,10 +441,12 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
     the LangGraph server, which goes through ``astream``) read the addressed
     checkpoint first when the input is a ``Command(resume=...)``, and end the
     run with ``UnknownInterruptError`` (``refuse_resume_before_run``) when the
-    thread waits on nothing or the map names an interrupt that does not wait
-    there. An empty ``Command(resume=None)`` (no resume, update or goto), which
-    LangGraph's own loop meets with ``UnboundLocalError``, is refused the same
-    way, naming the interrupts that wait. Nothing is written then: no run, no
+    thread waits on nothing, waits on no interrupt but has tasks next (a run
+    stopped inside its step: LangGraph would run them and drop the answer),
+    or the map names an interrupt that does not wait there. An empty
+    ``Command(resume=None)`` (no resume, update or goto), which LangGraph's
+    own loop meets with ``UnboundLocalError``, is refused the same way,
+    naming the interrupts that wait. Nothing is written then: no run, no
     checkpoint, no task error. Other runs are not touched. Build one with
     ``guard_resumes``.
 

@@ -174,7 +174,7 @@ def refuse_resume_before_run(
 ) -> None:
     """Refuse, before a run starts, a resume that no node could take.
 
-    Two cases the nodes' own check (``refuse_unknown_resume``) cannot serve:
+    Cases the nodes' own check (``refuse_unknown_resume``) cannot serve:
 
     - a resume to a thread that waits on no interrupt and has no task left
       (finished, or its last review answered by another client): LangGraph
