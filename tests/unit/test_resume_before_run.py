@@ -40,3 +40,19 @@ def test_no_checkpoint_with_the_threads_operations_in_the_ledger_is_a_lost_revie
     # Without a ledger (a graph of your own), the words of a thread that waits on nothing.
     plain = _refusal(answer, next_tasks=(), lost_operations=None)
     assert "is not pending on this thread" in plain and "lost" not in plain
+
+
+def test_a_run_sent_again_from_a_checkpoint_whose_interrupt_was_answered_goes_on() -> None:
+    """Time travel or a server's retry: the step's interrupt was recorded and answered there."""
+    from langgraph._internal._constants import INTERRUPT, RESUME
+    from langgraph.types import Interrupt
+
+    writes = [
+        ("task-1", INTERRUPT, [Interrupt(value={"type": "review"}, id=OLD)]),
+        ("task-1", RESUME, [{"decisions": [{"type": "approve"}]}]),
+    ]
+    answer = {OLD: {"decisions": [{"type": "approve"}]}}
+    refuse_resume_before_run(answer, next_tasks=("review",), writes=writes)
+    other = "f" * 32
+    with pytest.raises(UnknownInterruptError, match=f"interrupt '{other}' is not pending"):
+        refuse_resume_before_run({other: {}}, next_tasks=("review",), writes=writes)

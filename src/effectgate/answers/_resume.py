@@ -137,7 +137,9 @@ def refuse_resume_of_idle(resume: Any, *, step_left: bool = False) -> NoReturn:
     )
 
 
-def refuse_resume_of_step_left(resume: Any, *, next_tasks: Sequence[str]) -> NoReturn:
+def refuse_resume_of_step_left(
+    resume: Any, *, next_tasks: Sequence[str], known: Collection[str] = ()
+) -> NoReturn:
     """Refuse a resume sent to a thread that waits on no interrupt but has tasks next.
 
     A run stopped inside a step (``runs.cancel(..., action="interrupt")``
@@ -153,6 +155,8 @@ def refuse_resume_of_step_left(resume: Any, *, next_tasks: Sequence[str]) -> NoR
     Args:
         resume: the ``Command.resume`` value (a map by interrupt id, or a plain answer).
         next_tasks: the names of the tasks next (``StateSnapshot.next``).
+        known: the interrupt ids that checkpoint recorded, all answered (not
+            named as unknown in the refusal).
 
     Raises:
         UnknownInterruptError: always; one line, naming the ids the map gave
@@ -165,7 +169,7 @@ def refuse_resume_of_step_left(resume: Any, *, next_tasks: Sequence[str]) -> NoR
         "back from the ledger, not run again"
     )
     if is_resume_map(resume):
-        check_resume_ids(list(resume), known=(), pending={}, waiting=step)
+        check_resume_ids(list(resume), known=known, pending={}, waiting=step)
     raise UnknownInterruptError(
         f"resume refused: this answer names no interrupt that waits; nothing was applied. {step}"
     )

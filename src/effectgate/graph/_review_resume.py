@@ -191,7 +191,9 @@ def refuse_resume_before_run(
       run stopped inside a step, ``runs.cancel(..., action="interrupt")``):
       LangGraph runs those tasks and drops the answer, so a stale reject was
       lost while the approved calls went on
-      (``answers.refuse_resume_of_step_left``);
+      (``answers.refuse_resume_of_step_left``). A resume naming only
+      interrupts that checkpoint recorded and had answered (a run sent again
+      from it: time travel, a server's retry) goes on, as LangGraph replays it;
     - a resume to a thread with no checkpoint, on a graph that knows its
       ledger: when the ledger records operations of the thread, the server
       lost its checkpoints (``kill -9`` of ``langgraph dev``) and the answer
@@ -221,15 +223,20 @@ def refuse_resume_before_run(
     pending = {i.id: i.value for status in statuses.values() for i in status.pending_interrupts}
     if lost_operations is not None and not next_tasks and not pending:
         refuse_resume_of_lost_review(resume, operations=lost_operations)
+    known = {i.id for status in statuses.values() for i in status.interrupts}
     if next_tasks and not pending:
-        # A step stopped before its end: LangGraph would run it and drop the answer.
-        refuse_resume_of_step_left(resume, next_tasks=next_tasks)
+        # A step stopped before its end: LangGraph would run it and drop the
+        # answer. An answer to an interrupt this very step recorded and had
+        # answered (a run sent again from that checkpoint, time travel) is
+        # LangGraph's replay of that answer, and goes on.
+        named = list(resume) if is_resume_map(resume) else None
+        if (not known) if named is None else (not named or any(i not in known for i in named)):
+            refuse_resume_of_step_left(resume, next_tasks=next_tasks, known=known)
     if not next_tasks and not pending:
         # Finished tasks on a head with nothing next: a step whose run was cut
         # off before its checkpoint (a rollback); a run with no input ends it.
         refuse_resume_of_idle(resume, step_left=any(s.finished for s in statuses.values()))
     if pending and is_resume_map(resume):
-        known = {i.id for status in statuses.values() for i in status.interrupts}
         check_resume_ids(list(resume), known=known, pending=pending)
 
 
