@@ -125,8 +125,10 @@ def _build() -> CompiledStateGraph[Any, Any, Any, Any]:
     )
     # A resume to a thread that waits on nothing runs no node in LangGraph, so
     # no node could refuse it; one naming an unknown interrupt is refused before
-    # the run, so no refusal stays on the checkpoint as a task error.
-    return guard_resumes(parts.graph)
+    # the run, so no refusal stays on the checkpoint as a task error. With the
+    # ledger, an answer to a review the server lost (kill -9: no checkpoint,
+    # the ledger keeps the thread's operations) is refused as lost, not mistyped.
+    return guard_resumes(parts.graph, ledger=ledger)
 
 
 def _endpoints(value: str | None, data_dir: Any) -> ServiceEndpoints | None:

@@ -32,6 +32,8 @@ RULES = [
     ("name its calls in another order", answers.check_review_answer),
     ("must be an object, got", answers.decision_object),
     ("needs a message: the answer for the model", answers.respond_text),
+    ("was lost with the server's checkpoints", answers.refuse_resume_of_lost_review),
+    ("run to its end (its run was stopped", answers.refuse_resume_of_step_left),
 ]
 
 

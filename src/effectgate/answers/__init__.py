@@ -58,6 +58,8 @@ from effectgate.answers._resume import (
     check_unkeyed_resume,
     is_resume_map,
     refuse_resume_of_idle,
+    refuse_resume_of_lost_review,
+    refuse_resume_of_step_left,
 )
 from effectgate.answers._settle import is_decided, recorded_decision, settle_stale
 from effectgate.answers._shown_flags import (
@@ -143,6 +145,8 @@ __all__ = [
     "recorded_decision",
     "recorded_verdict",
     "refuse_resume_of_idle",
+    "refuse_resume_of_lost_review",
+    "refuse_resume_of_step_left",
     "resolve",
     "respond_text",
     "review_decisions",

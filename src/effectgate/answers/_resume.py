@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NoReturn
 
 from effectgate.answers._texts import _Raised, describe_pending
@@ -12,11 +12,22 @@ from effectgate.errors import (
     UnknownInterruptError,
 )
 
-__all__ = ["check_resume_ids", "check_unkeyed_resume", "is_resume_map", "refuse_resume_of_idle"]
+__all__ = [
+    "check_resume_ids",
+    "check_unkeyed_resume",
+    "is_resume_map",
+    "refuse_resume_of_idle",
+    "refuse_resume_of_lost_review",
+    "refuse_resume_of_step_left",
+]
 
 
 def check_resume_ids(
-    named: Collection[str], *, known: Collection[str], pending: Mapping[str, Any]
+    named: Collection[str],
+    *,
+    known: Collection[str],
+    pending: Mapping[str, Any],
+    waiting: str | None = None,
 ) -> None:
     """Refuse a resume map that names an interrupt the thread is not waiting on.
 
@@ -34,13 +45,16 @@ def check_resume_ids(
             checkpoint it resumes: pending, or answered in the same step).
         pending: interrupt id -> interrupt value, for the ones still waiting
             (named in the refusal).
+        waiting: what the refusal says waits instead of naming ``pending``
+            (a thread that waits on no interrupt but has a step to finish).
 
     Raises:
         UnknownInterruptError: the map is empty or names an unknown id; one line
             naming the unknown id(s) and the pending interrupts. Nothing was
             applied; the pending interrupts can still be answered.
     """
-    waiting = describe_pending([_Raised(i, v) for i, v in pending.items()])
+    if waiting is None:
+        waiting = describe_pending([_Raised(i, v) for i, v in pending.items()])
     if not named:
         raise UnknownInterruptError(
             f"resume refused: the resume map names no interrupt; nothing was applied. {waiting}"
@@ -120,6 +134,91 @@ def refuse_resume_of_idle(resume: Any, *, step_left: bool = False) -> NoReturn:
     raise UnknownInterruptError(
         "resume refused: this thread waits on no interrupt (finished, or its review was "
         "answered elsewhere); nothing was applied. " + describe_pending([])
+    )
+
+
+def refuse_resume_of_step_left(
+    resume: Any, *, next_tasks: Sequence[str], known: Collection[str] = ()
+) -> NoReturn:
+    """Refuse a resume sent to a thread that waits on no interrupt but has tasks next.
+
+    A run stopped inside a step (``runs.cancel(..., action="interrupt")``
+    while an approved call's effect ran, a node that failed, a killed worker)
+    leaves the step's checkpoint with its tasks next and no interrupt.
+    LangGraph runs those tasks for any resume and drops the answer: a reject
+    of the review answered before (a second client's stale answer, or one
+    keyed by a mistyped id) was lost without a word while the approved calls
+    went on. The same refusal as a map naming an interrupt that does not wait
+    (``check_resume_ids``), saying what does wait: the step, which a run with
+    no input finishes.
+
+    Args:
+        resume: the ``Command.resume`` value (a map by interrupt id, or a plain answer).
+        next_tasks: the names of the tasks next (``StateSnapshot.next``).
+        known: the interrupt ids that checkpoint recorded, all answered (not
+            named as unknown in the refusal).
+
+    Raises:
+        UnknownInterruptError: always; one line, naming the ids the map gave
+            and the tasks next. Nothing was applied.
+    """
+    step = (
+        f"this thread waits on no interrupt: its next step ({', '.join(next_tasks)}) has not "
+        "run to its end (its run was stopped, cancelled or failed there). Run the thread with "
+        "no input and no command to finish that step: an effect that already ran is read "
+        "back from the ledger, not run again"
+    )
+    if is_resume_map(resume):
+        check_resume_ids(list(resume), known=known, pending={}, waiting=step)
+    raise UnknownInterruptError(
+        f"resume refused: this answer names no interrupt that waits; nothing was applied. {step}"
+    )
+
+
+def refuse_resume_of_lost_review(resume: Any, *, operations: Sequence[str]) -> NoReturn:
+    """Refuse a resume to a thread the server holds no checkpoint of.
+
+    The in-memory runtime of ``langgraph dev`` keeps a thread's checkpoints
+    in memory: after ``kill -9`` the thread comes back empty or not at all,
+    while the ledger in the state directory keeps the operations the thread
+    opened. An answer to the review the server showed is then not mistyped:
+    the review was lost with the server's checkpoints, and sending the task
+    again is the way on (the ledger keeps an effect that already ran from
+    running again). When the ledger records no operation of the thread (a
+    kill at its first review, before any answer; or a new or mistyped thread
+    id), the refusal says that it cannot tell which.
+
+    Args:
+        resume: the ``Command.resume`` value (a map by interrupt id, or a plain answer).
+        operations: the ledger's operation ids of this thread (may be empty).
+
+    Raises:
+        UnknownInterruptError: always; one line. Nothing was applied.
+    """
+    named = (
+        f" (interrupt {', '.join(repr(str(k)) for k in resume)})"
+        if resume and is_resume_map(resume)
+        else ""
+    )
+    again = (
+        "Send the task again on this thread: the ledger keeps an effect that already ran "
+        "from running again, and asks again about calls not yet approved"
+    )
+    if not operations:
+        raise UnknownInterruptError(
+            f"resume refused: this thread has no checkpoint on this server and the ledger "
+            f"records no operation of it, so no review of it is pending{named}: a new or "
+            "mistyped thread id, or a review lost with the server's checkpoints before any "
+            "call of it was answered (e.g. after kill -9 of langgraph dev); this answer was "
+            f"not applied. If the thread showed a review, {again[0].lower()}{again[1:]}"
+        )
+    more = f" and {len(operations) - 3} more" if len(operations) > 3 else ""
+    shown = ", ".join(operations[:3]) + more
+    raise UnknownInterruptError(
+        f"resume refused: the review this answer is for{named} was lost with the server's "
+        "checkpoints (the server holds no checkpoint of this thread, e.g. after kill -9 of "
+        f"langgraph dev), though the ledger records this thread's operations ({shown}); "
+        f"this answer was not applied. {again}"
     )
 
 

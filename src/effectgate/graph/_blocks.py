@@ -29,6 +29,7 @@ reducer that appends and replaces by id (``add_messages``, or effectgate's
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -453,13 +454,26 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
     the LangGraph server, which goes through ``astream``) read the addressed
     checkpoint first when the input is a ``Command(resume=...)``, and end the
     run with ``UnknownInterruptError`` (``refuse_resume_before_run``) when the
-    thread waits on nothing or the map names an interrupt that does not wait
-    there. An empty ``Command(resume=None)`` (no resume, update or goto), which
-    LangGraph's own loop meets with ``UnboundLocalError``, is refused the same
-    way, naming the interrupts that wait. Nothing is written then: no run, no
+    thread waits on nothing, waits on no interrupt but has tasks next (a run
+    stopped inside its step: LangGraph would run them and drop the answer),
+    or the map names an interrupt that does not wait there. An empty
+    ``Command(resume=None)`` (no resume, update or goto), which LangGraph's
+    own loop meets with ``UnboundLocalError``, is refused the same way,
+    naming the interrupts that wait. Nothing is written then: no run, no
     checkpoint, no task error. Other runs are not touched. Build one with
     ``guard_resumes``.
+
+    ``resume_ledger`` (optional): the ledger the graph's effect nodes use.
+    With it, a resume to a thread that has no checkpoint at all but whose
+    operations the ledger records is refused as a review lost with the
+    server's checkpoints (``answers.refuse_resume_of_lost_review``) instead
+    of as a mistyped one. A constructor argument, so ``Pregel.copy`` (which
+    rebuilds the graph from its attributes) keeps it.
     """
+
+    def __init__(self, *args: Any, resume_ledger: Ledger | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resume_ledger = resume_ledger
 
     def _saver(self, config: RunnableConfig | None) -> BaseCheckpointSaver[Any] | None:
         given = (config or {}).get("configurable", {}).get(CONFIG_KEY_CHECKPOINTER)
@@ -482,7 +496,10 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
             head = self.get_state(config or {})
             found = saver.get_tuple(head.config)
             writes = list(found.pending_writes or []) if found else []
-            refuse_resume_before_run(input.resume, has_tasks=bool(head.next), writes=writes)
+            lost = self._lost_review(config) if found is None else None
+            refuse_resume_before_run(
+                input.resume, next_tasks=head.next, writes=writes, lost_operations=lost
+            )
         yield from super().stream(input, config, **kwargs)
 
     async def astream(  # type: ignore[override]
@@ -502,9 +519,19 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
             head = await self.aget_state(config or {})
             found = await saver.aget_tuple(head.config)
             writes = list(found.pending_writes or []) if found else []
-            refuse_resume_before_run(input.resume, has_tasks=bool(head.next), writes=writes)
+            lost = await asyncio.to_thread(self._lost_review, config) if found is None else None
+            refuse_resume_before_run(
+                input.resume, next_tasks=head.next, writes=writes, lost_operations=lost
+            )
         async for chunk in super().astream(input, config, **kwargs):
             yield chunk
+
+    def _lost_review(self, config: RunnableConfig | None) -> list[str] | None:
+        """The ledger's operation ids of the thread ``config`` names; ``None`` without a ledger."""
+        thread_id = (config or {}).get("configurable", {}).get("thread_id")
+        if self.resume_ledger is None or thread_id is None:
+            return None
+        return [op.operation_id for op in self.resume_ledger.list(thread_id=str(thread_id))]
 
 
 def _is_resume(value: Any) -> bool:
@@ -548,6 +575,7 @@ def guard_resumes(
     graph: CompiledStateGraph[Any, Any, Any, Any],
     *,
     cls: type[ResumeGuardedGraph] = ResumeGuardedGraph,
+    ledger: Ledger | None = None,
 ) -> ResumeGuardedGraph:
     """Return ``graph`` as a ``ResumeGuardedGraph``: the same graph, refusing dead resumes first.
 
@@ -563,10 +591,15 @@ def guard_resumes(
     Args:
         graph: a compiled graph (``builder.compile(...)``, ``create_agent(...)``).
         cls: the class of the copy (a subclass of ``ResumeGuardedGraph``).
+        ledger: the ledger of the graph's effect nodes; when given, a resume
+            to a thread with no checkpoint whose operations it records is
+            refused as a review lost with the server's checkpoints, not as a
+            mistyped one (the served graph passes its ledger).
 
     Returns:
         A copy of ``graph`` of class ``cls``, sharing its nodes, channels and
         checkpointer (built as ``Pregel.copy`` builds one).
     """
-    attrs = {k: v for k, v in graph.__dict__.items() if k != "__orig_class__"}
-    return cls(**attrs)
+    skip = ("__orig_class__", "resume_ledger")
+    attrs = {k: v for k, v in graph.__dict__.items() if k not in skip}
+    return cls(**attrs, resume_ledger=ledger)

@@ -5,7 +5,7 @@ Moved out of ``graph/_review.py`` (issue #34).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -26,6 +26,8 @@ from effectgate.answers import (
     check_unkeyed_resume,
     is_resume_map,
     refuse_resume_of_idle,
+    refuse_resume_of_lost_review,
+    refuse_resume_of_step_left,
 )
 
 __all__ = ["ResumeReading", "goto_end_asked", "refuse_resume_before_run", "refuse_unknown_resume"]
@@ -164,11 +166,15 @@ def refuse_unknown_resume(config: RunnableConfig, reading: ResumeReading | None 
 
 
 def refuse_resume_before_run(
-    resume: Any, *, has_tasks: bool, writes: Iterable[tuple[str, str, Any]]
+    resume: Any,
+    *,
+    next_tasks: Sequence[str],
+    writes: Iterable[tuple[str, str, Any]],
+    lost_operations: Sequence[str] | None = None,
 ) -> None:
     """Refuse, before a run starts, a resume that no node could take.
 
-    Two cases the nodes' own check (``refuse_unknown_resume``) cannot serve:
+    Cases the nodes' own check (``refuse_unknown_resume``) cannot serve:
 
     - a resume to a thread that waits on no interrupt and has no task left
       (finished, or its last review answered by another client): LangGraph
@@ -180,7 +186,19 @@ def refuse_resume_before_run(
       error on the checkpoint, and a superstep's writes stay until the step
       ends: ``get_state(...).tasks[i].error`` went on showing the refused
       answer's text after the review was asked again (beside the new
-      review's own ``error``). Refused here, nothing is written.
+      review's own ``error``). Refused here, nothing is written;
+    - a resume to a thread that waits on no interrupt but has tasks next (a
+      run stopped inside a step, ``runs.cancel(..., action="interrupt")``):
+      LangGraph runs those tasks and drops the answer, so a stale reject was
+      lost while the approved calls went on
+      (``answers.refuse_resume_of_step_left``). A resume naming only
+      interrupts that checkpoint recorded and had answered (a run sent again
+      from it: time travel, a server's retry) goes on, as LangGraph replays it;
+    - a resume to a thread with no checkpoint, on a graph that knows its
+      ledger: when the ledger records operations of the thread, the server
+      lost its checkpoints (``kill -9`` of ``langgraph dev``) and the answer
+      is refused as for a lost review, not a mistyped one
+      (``answers.refuse_resume_of_lost_review``).
 
     The same rules as the nodes (``answers.check_resume_ids``), read from the
     same place: the pending writes of the checkpoint the resume addresses. A
@@ -190,9 +208,12 @@ def refuse_resume_before_run(
 
     Args:
         resume: the ``Command.resume`` value.
-        has_tasks: whether the addressed checkpoint has tasks left to run
+        next_tasks: the tasks the addressed checkpoint has left to run
             (``StateSnapshot.next``).
         writes: that checkpoint's pending writes, ``(task_id, channel, value)``.
+        lost_operations: when the thread has no checkpoint at all and the
+            graph knows its ledger (the served graph), the ledger's operation
+            ids of the thread (maybe none); else ``None``.
 
     Raises:
         UnknownInterruptError: one line naming the unknown id(s) and what
@@ -200,12 +221,22 @@ def refuse_resume_before_run(
     """
     statuses = read_task_statuses(list(writes))
     pending = {i.id: i.value for status in statuses.values() for i in status.pending_interrupts}
-    if not has_tasks and not pending:
+    if lost_operations is not None and not next_tasks and not pending:
+        refuse_resume_of_lost_review(resume, operations=lost_operations)
+    known = {i.id for status in statuses.values() for i in status.interrupts}
+    if next_tasks and not pending:
+        # A step stopped before its end: LangGraph would run it and drop the
+        # answer. An answer to an interrupt this very step recorded and had
+        # answered (a run sent again from that checkpoint, time travel) is
+        # LangGraph's replay of that answer, and goes on.
+        named = list(resume) if is_resume_map(resume) else None
+        if (not known) if named is None else (not named or any(i not in known for i in named)):
+            refuse_resume_of_step_left(resume, next_tasks=next_tasks, known=known)
+    if not next_tasks and not pending:
         # Finished tasks on a head with nothing next: a step whose run was cut
         # off before its checkpoint (a rollback); a run with no input ends it.
         refuse_resume_of_idle(resume, step_left=any(s.finished for s in statuses.values()))
     if pending and is_resume_map(resume):
-        known = {i.id for status in statuses.values() for i in status.interrupts}
         check_resume_ids(list(resume), known=known, pending=pending)
 
 
