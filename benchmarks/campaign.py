@@ -63,6 +63,15 @@ def versions() -> dict[str, str]:
     return found
 
 
+def _indexes(text: str) -> set[int]:
+    """``"535,700-702"`` -> ``{535, 700, 701, 702}``."""
+    found: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--trials", type=int, default=1000, help="trials per system (default 1000)")
@@ -83,6 +92,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, help="trial directories (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep every trial's state directory")
     p.add_argument(
+        "--only",
+        help="run only these trial indexes of the plan (e.g. 535,685,700-720): a finding's "
+        "trials again, with the same seeds",
+    )
+    p.add_argument(
         "--no-fork-server", action="store_true", help="start each worker as python -m (slower)"
     )
     return p.parse_args(argv)
@@ -101,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         kill_span_s=args.kill_span,
         service_delay_s=args.service_delay,
     )
+    if args.only:
+        wanted = _indexes(args.only)
+        specs = [s for s in specs if s.index in wanted]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="effectgate-campaign-"))
     total, lock, done = len(specs), threading.Lock(), [0]
 
