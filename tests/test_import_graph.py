@@ -183,6 +183,7 @@ TEST_PRIVATE_IMPORTS: dict[str, str] = {
     "effectgate.graph._pg_saver": "the PostgreSQL checkpointer, its setup lock and subclassing",
     "effectgate.graph._reading": "patches the cold-status reader to prove the shortcut is taken",
     "effectgate.graph._review": "unit test of the operation id's #n suffix choice",
+    "effectgate.graph._review_resume": "the resume guard's served cases, called without a server",
     "effectgate.graph._saver": "the checkpointer's head reading and delta lineage, unit-tested",
     "effectgate.graph._state": "the message channel's snapshot-size estimate, counted",
     "effectgate.ledger._attempts": "the intent check of a decoded row, against a forged copy",

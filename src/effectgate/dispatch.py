@@ -22,6 +22,7 @@ without a human::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -81,13 +82,6 @@ without its result recorded and repeat.
 _CALLS_LOCK = threading.Lock()
 
 
-def _lease_lost(reason: str) -> None:
-    # A dispatch's own lease was taken over (its renewals stopped for a whole
-    # TTL: the process was stopped or cut off). The attempt number fences
-    # whatever this process still records; nothing else to stop here.
-    log.warning("dispatch lease lost: %s", reason)
-
-
 WaitHook = Callable[[Operation, float], None]
 """Called before a backoff wait with the operation and the seconds to wait."""
 
@@ -109,15 +103,16 @@ class Dispatcher:
             or ``UNKNOWN`` when an earlier attempt may have applied, and no
             retry is spent on it. The answer to a question inside an effect
             step could be consumed by another interrupt of the same step.
-        leases: the keeper of the thread leases the runs of ``worker``
-            hold (``Agent`` passes its own, so a dispatch inside its run
-            costs no lease I/O). Default: a keeper of this dispatcher's, so
-            that a dispatch in a run that holds no lease (a served graph,
-            your own graph invoked directly) holds the thread's lease while
-            it runs: the heartbeat that keeps its attempt from being taken
-            over by another process as if it were abandoned.
-        lease_ttl_s: seconds a lease of that default keeper lasts without
-            renewal (renewed every third of it); ignored with ``leases``.
+        leases: a thread-lease keeper whose leases are the heartbeat of
+            this dispatcher's attempts: each dispatch holds its thread's
+            lease for as long as it runs (``LeaseKeeper.shared``; only
+            counted when a run of the same keeper holds it already, as
+            ``Agent``'s do). A live attempt is taken over only when its
+            worker is proven gone or its thread's lease lapsed. The graph
+            builders give one (``add_effect_nodes``, ``build_agent``, the
+            middleware); ``None`` (a bare dispatcher): its caller holds the
+            thread's lease, or nothing keeps another process from taking
+            its attempts for abandoned ones.
 
     Note:
         Exactly-once *effects* come from the ledger plus the tool's contract;
@@ -135,7 +130,6 @@ class Dispatcher:
         default_budget: Budget | None = None,
         questions: tuple[type[BaseException], ...] = (),
         leases: LeaseKeeper | None = None,
-        lease_ttl_s: float = 30.0,
     ) -> None:
         self.ledger = ledger
         self.tools = dict(tools)
@@ -144,9 +138,7 @@ class Dispatcher:
         self.on_wait = on_wait
         self.default_budget = default_budget or Budget()
         self.questions = questions
-        self.leases = leases or LeaseKeeper(
-            ledger, lease_ttl_s, _lease_lost, name=f"effectgate-dispatch-lease {worker}"
-        )
+        self.leases = leases
 
     # ------------------------------------------------------------------ entry
 
@@ -187,7 +179,12 @@ class Dispatcher:
             refused = self._tool_changed(call, "the tool or its version changed", detail)
             if refused is not None:
                 return refused
-        with self.leases.shared(call.thread_id, worker=self.worker):
+        held = (
+            self.leases.shared(call.thread_id, worker=self.worker)
+            if self.leases is not None
+            else contextlib.nullcontext()
+        )
+        with held:
             try:
                 op = self._open(call, spec, args)
             except IntentConflictError as exc:

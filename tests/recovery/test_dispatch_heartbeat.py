@@ -5,9 +5,10 @@ without ``Agent``, so no thread lease is held while a call runs. Before, an
 attempt of such a run had no heartbeat at all: a second process (another
 server on the same store) found it IN_FLIGHT with no lease, took it for
 abandoned and called the service again while the first call was still
-under way (break test of issue #32). Now the dispatcher holds the thread's
-lease around each dispatch and renews it, so the attempt stays live for as
-long as its process runs the call.
+under way (break test of issue #32). Now the dispatcher of such a graph
+holds the thread's lease around each dispatch and renews it (a
+``LeaseKeeper`` the graph builders give it), so the attempt stays live for
+as long as its process runs the call.
 
 The first dispatcher runs in a child process against a slowed demo ticket
 service; the test process is the second one. The assertions read the ticket
@@ -44,7 +45,7 @@ CHILD = """
 import json, sys
 from effectgate.dispatch import Dispatcher
 from effectgate.graph import new_worker_id
-from effectgate.ledger import SqliteLedger
+from effectgate.ledger import LeaseKeeper, SqliteLedger
 from effectgate.tools import ticket_tools
 from tests.conformance._experiments import approve, effect_call
 ledger_path, url, args, ttl = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
@@ -52,7 +53,8 @@ spec = next(s for s in ticket_tools(url) if s.name == "create_ticket")
 call = effect_call(spec, args)
 with SqliteLedger(ledger_path) as ledger:
     approve(ledger, spec, call)
-    dispatcher = Dispatcher(ledger, {spec.name: spec}, worker=new_worker_id(), lease_ttl_s=ttl)
+    leases = LeaseKeeper(ledger, ttl, print, name="child-leases")
+    dispatcher = Dispatcher(ledger, {spec.name: spec}, worker=new_worker_id(), leases=leases)
     outcome = dispatcher.dispatch(call)
 print(json.dumps({"status": outcome.status.value, "attempt": outcome.operation.attempt}))
 """
@@ -107,3 +109,20 @@ def test_a_live_attempt_without_a_run_lease_is_not_taken_over(tmp_path: Path) ->
                 )
         # the ticket service's own counters: one create request, one ticket
         assert services.stats("tickets") == {"create_requests": 1, "tickets": 1}
+
+
+def test_the_graph_builders_give_their_dispatcher_a_lease_keeper(tmp_path: Path) -> None:
+    """The served graph, your own graph and the middleware: each dispatch heartbeats."""
+    from langgraph.graph import MessagesState, StateGraph
+
+    from effectgate.graph import add_effect_nodes
+    from effectgate.middleware import EffectGateMiddleware
+
+    with SqliteLedger(tmp_path / "ledger.sqlite3") as ledger:
+        tools = ticket_tools("http://127.0.0.1:9")
+        gate = add_effect_nodes(StateGraph(MessagesState), tools, ledger=ledger, after=None)
+        assert gate.dispatcher.leases is not None
+        middleware = EffectGateMiddleware(tools, ledger=ledger)
+        assert middleware.dispatcher.leases is not None
+        bare = Dispatcher(ledger, {}, worker=new_worker_id())
+        assert bare.leases is None  # a bare dispatcher's caller holds the lease (Agent)

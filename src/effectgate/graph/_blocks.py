@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -71,6 +72,8 @@ __all__ = [
     "resume_command",
     "to_specs",
 ]
+
+log = logging.getLogger("effectgate.dispatch")
 
 TOOLS_NODE = "tools"
 """Node answering read-only and malformed calls."""
@@ -140,6 +143,17 @@ class GateParts:
     """``effect(task) -> {"messages": [ToolMessage]}`` per side-effecting tool."""
 
 
+DISPATCH_LEASE_TTL_S = 30.0
+"""Seconds a dispatch's own thread lease lasts without renewal (renewed every third of it)."""
+
+
+def _lease_lost(reason: str) -> None:
+    # A dispatch's own lease was taken over (its renewals stopped for a whole
+    # TTL: the process was stopped or cut off). The attempt number fences
+    # whatever this process still records; nothing else to stop here.
+    log.warning("dispatch lease lost: %s", reason)
+
+
 def build_parts(
     tools: Iterable[ToolSpec | BaseTool],
     *,
@@ -162,10 +176,18 @@ def build_parts(
     specs = to_specs(tools)
     effects = {n: s for n, s in specs.items() if not s.is_read}
     _failpoints.check(effects)
+    worker = worker or new_worker_id()
+    if leases is None:
+        # No runner holds the thread's lease around this graph's runs (a
+        # served graph, your own graph invoked directly): each dispatch holds
+        # it itself, the heartbeat that keeps its attempt live.
+        leases = LeaseKeeper(
+            ledger, DISPATCH_LEASE_TTL_S, _lease_lost, name=f"effectgate-dispatch-lease {worker}"
+        )
     dispatcher = Dispatcher(
         ledger,
         effects,
-        worker=worker or new_worker_id(),
+        worker=worker,
         clock=clock,
         on_wait=on_wait,
         default_budget=policy.budget,
