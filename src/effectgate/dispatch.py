@@ -722,7 +722,9 @@ class Dispatcher:
         lookup is checked against the lookup first: evidence may have arrived
         since the operation was parked (a stopped worker's mail that landed
         late). Recording "not applied" for an effect the lookup finds would
-        invite the model to do it again.
+        invite the model to do it again; so would recording it while the
+        lookup cannot answer, which is refused unless the verdict accepts
+        that risk (``acknowledge_duplicate_risk: true``).
 
         Idempotent (``effectgate.answers.settle_verdict``): the same verdict
         again for an attempt it already settled returns the operation as
@@ -737,7 +739,9 @@ class Dispatcher:
                 keys, a reference that is not a non-empty string, ``retry``
                 without the acknowledgement), ``retry`` with no attempts
                 left, an unknown operation, ``failed`` for an effect the
-                lookup now finds, or a verdict that contradicts the one
+                lookup now finds, ``failed`` while the lookup cannot answer
+                (unless ``acknowledge_duplicate_risk`` is true: recorded
+                unchecked), or a verdict that contradicts the one
                 recorded (or names an attempt nobody asked about).
         """
         verdict = validate_verdict(verdict)  # a public entry: never trust the caller's shape
@@ -745,10 +749,10 @@ class Dispatcher:
         if op is not None and settle_verdict(self.ledger, operation_id, verdict) is not None:
             return op  # the same verdict again: the recorded outcome
         if verdict.get("verdict") == "failed":
-            self._refuse_if_found(operation_id)
+            self._refuse_if_found(operation_id, unchecked=verdict.get("acknowledge_duplicate_risk"))
         return apply_verdict(self.ledger, operation_id, verdict, now=self.clock.now())
 
-    def _refuse_if_found(self, operation_id: str) -> None:
+    def _refuse_if_found(self, operation_id: str, *, unchecked: bool | None) -> None:
         op = self.ledger.get(operation_id)
         spec = self.tools.get(op.tool) if op is not None else None
         if op is None or spec is None or spec.reconciler is None:
@@ -762,6 +766,17 @@ class Dispatcher:
             raise DecisionError(
                 f"verdict 'failed' refused for {operation_id!r}: the lookup now finds the "
                 f"effect ({lookup.detail or 'found'}); it took effect, answer 'succeeded'"
+            )
+        if lookup.status == "unavailable" and not unchecked:
+            # The lookup that could not answer is why the operation was parked:
+            # "not applied" recorded unchecked tells the model it may act again.
+            raise DecisionError(
+                f"verdict 'failed' refused for {operation_id!r}: the lookup cannot tell now "
+                f"whether it took effect ({lookup.detail or 'unavailable'}); nothing was "
+                "recorded. Ask again once the lookup answers; answer 'succeeded' with the "
+                "reference if it took effect; or give 'failed' with "
+                "acknowledge_duplicate_risk: true (effectgate reconcile --failed --unchecked) "
+                "to record it unchecked, knowing the model may then do it again"
             )
 
 

@@ -348,3 +348,42 @@ def test_reconcile_failed_asks_the_services_that_sent_the_mail_or_refuses(
     with SqliteLedger(sd.ledger) as ledger:
         still = ledger.get(mail.operation_id)
     assert still is not None and still.state is OpState.NEEDS_RECONCILIATION
+
+
+def test_reconcile_failed_is_refused_while_the_lookup_cannot_answer(tmp_path: Path) -> None:
+    """A mail parked because its lookup was down, which did arrive: while the lookup
+    still cannot answer, ``--failed`` records nothing (exit 2, the operation stays
+    parked), since "not applied" recorded unchecked lets the model send it again;
+    ``--failed --unchecked`` records it, the risk accepted (break test of #32)."""
+    from effectgate import StateDir, open_agent
+    from effectgate.demo import DemoServices
+
+    sd = StateDir.open(tmp_path / "state")
+    approve = {"decisions": [{"type": "approve"}]}
+    with DemoServices(sd.services) as svc:
+        with open_agent(sd, endpoints=svc.endpoints) as agent:
+            svc.set_error_rate("orders", 0.12)
+            agent.start("Check the order service and handle any incident.", thread_id="p1")
+            result = agent.resume("p1", decisions=bound(agent, "p1", approve))
+            svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
+            n = len(result.interrupts[0].value["action_requests"])
+            result = agent.resume(
+                "p1", decisions=bound(agent, "p1", {"decisions": approve["decisions"] * n})
+            )
+        (mail,) = [op for op in result.operations if op.tool == "send_email"]
+        assert mail.state is OpState.NEEDS_RECONCILIATION
+        assert len(svc.mails()) == 1  # it did arrive; the lookup still cannot say so
+        args = ("reconcile", mail.operation_id, "--failed", "--state-dir", str(sd.root))
+        refused = eg(*args)
+        assert refused.code == 2, refused.stderr
+        assert "the lookup cannot tell now" in " ".join(refused.stderr.split())
+        with SqliteLedger(sd.ledger) as ledger:
+            still = ledger.get(mail.operation_id)
+        assert still is not None and still.state is OpState.NEEDS_RECONCILIATION
+        assert eg("reconcile", mail.operation_id, "--succeeded", "X", "--unchecked",
+                  "--state-dir", str(sd.root)).code == 2  # fmt: skip
+        accepted = eg(*args, "--unchecked", "--evidence", "not in the inbox")
+        assert accepted.code == 0, accepted.stderr
+    with SqliteLedger(sd.ledger) as ledger:
+        settled = ledger.get(mail.operation_id)
+    assert settled is not None and settled.state is OpState.FAILED

@@ -416,8 +416,11 @@ def test_verdict_applied_outside_the_graph_is_picked_up(
         result = agent.start(TASK, thread_id="t1")
         result = agent.resume("t1", decisions=bound(agent, "t1", decide(result, APPROVE_ALL)))
         assert result.status is RunStatus.WAITING_RECONCILIATION
+        verdict = {"verdict": "failed", "evidence": "not in the ticket UI"}
+        with pytest.raises(DecisionError, match="the lookup cannot tell now"):
+            agent.dispatcher.apply_verdict("ticket:orders-error-rate", verdict)  # unchecked
         agent.dispatcher.apply_verdict(
-            "ticket:orders-error-rate", {"verdict": "failed", "evidence": "not in the ticket UI"}
+            "ticket:orders-error-rate", {**verdict, "acknowledge_duplicate_risk": True}
         )
         result = agent.resume("t1")
         assert result.status is RunStatus.DONE

@@ -483,6 +483,15 @@ def reconcile(
     failed: Annotated[
         bool, typer.Option("--failed", metavar=FLAG, help="It did not take effect.")
     ] = False,
+    unchecked: Annotated[
+        bool,
+        typer.Option(
+            "--unchecked",
+            metavar=FLAG,
+            help="With --failed: record it although the tool's lookup cannot answer now "
+            "(the model may then do it again).",
+        ),
+    ] = False,
     evidence: Annotated[str, typer.Option("--evidence", help="What you checked.")] = "",
     reviewer: ReviewerOpt = None,
     state_dir: StateDirOpt = DEFAULT_STATE,
@@ -500,6 +509,7 @@ def reconcile(
             operation_id=operation,
             succeeded=succeeded,
             failed=failed,
+            unchecked=unchecked,
             evidence=evidence,
             reviewer=reviewer_name(reviewer),
         )

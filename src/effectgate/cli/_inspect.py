@@ -499,20 +499,26 @@ def reconcile(
     failed: bool,
     evidence: str,
     reviewer: str,
+    unchecked: bool = False,
 ) -> int:
     """Apply a human verdict to an operation parked in NEEDS_RECONCILIATION.
 
     Idempotent: the same verdict again reports the settled state and exits 0.
 
     Raises:
-        ConfigError: not exactly one of ``--succeeded`` / ``--failed``.
+        ConfigError: not exactly one of ``--succeeded`` / ``--failed``, or
+            ``--unchecked`` without ``--failed``.
         DecisionError: unknown operation, or one in another state than the
-            verdict asks for; nothing is changed.
+            verdict asks for, or ``--failed`` refused by the tool's lookup
+            (it finds the effect, or cannot answer and ``--unchecked`` was
+            not given); nothing is changed.
     """
     from effectgate.dispatch import Dispatcher, validate_verdict
 
     if (succeeded is None) == (not failed):
         raise ConfigError("give exactly one of --succeeded REF or --failed")
+    if unchecked and not failed:
+        raise ConfigError("--unchecked goes with --failed only")
     sd = _existing(state_dir)
     with ledger_if_any(sd) as ledger:
         op = ledger.get(operation_id) if ledger is not None else None
@@ -540,6 +546,7 @@ def reconcile(
                     "evidence": evidence,
                     "reviewer": reviewer,
                     **({"reference": succeeded} if succeeded is not None else {}),
+                    **({"acknowledge_duplicate_risk": True} if unchecked else {}),
                 }
             )
             worker = f"cli-reconcile:{os.getpid()}"
