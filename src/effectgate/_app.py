@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effectgate._untrusted import read_regular_file
-from effectgate.errors import ConfigError
+from effectgate.errors import ConfigError, EffectgateError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -203,6 +203,8 @@ class StateDir:
                 f"state directory {path}: cannot use {where}: {exc.strerror or exc}"
             ) from None
         except RuntimeError as exc:  # a symlink loop in the path (Path.resolve)
+            if isinstance(exc, EffectgateError):
+                raise  # the store's own error (busy, unavailable), not the path's
             raise ConfigError(f"state directory {path}: {exc}") from None
 
     @classmethod

@@ -29,6 +29,12 @@ EffectgateError
     └── OutcomeUnknown          may have applied (timeout, connection lost after send)
 ```
 
+The errors a served run can end in while nothing is wrong with the request
+(a busy thread or operation, the ledger failing) are also ``RuntimeError``s,
+as a refused answer is a ``ValueError``: the LangGraph server shows the
+message of a builtin exception type to the client and masks any other as
+"An internal error occurred" (``langgraph_api.serde.default``).
+
 Structured fields are keyword-only constructor arguments and the message is
 built from them, so callers branch on attributes and classes, never on text
 (httpx's exception tree). Errors that may cross a process boundary define
@@ -158,7 +164,7 @@ class OrphanedOperationError(EffectgateError, RuntimeError):
         return (_rebuild, (type(self), self.args, {"operation_ids": self.operation_ids}))
 
 
-class LedgerError(EffectgateError):
+class LedgerError(EffectgateError, RuntimeError):
     """The ledger refused or failed; nothing new was committed."""
 
 
@@ -282,7 +288,7 @@ class ClaimLostError(LedgerError):
         return (_rebuild_kw, (type(self), kw))
 
 
-class ThreadBusyError(EffectgateError):
+class ThreadBusyError(EffectgateError, RuntimeError):
     """Another live runner holds this thread's lease; two runs would fork it."""
 
     def __init__(self, *, thread_id: str, owner: str, expires_in_s: float) -> None:
@@ -305,7 +311,7 @@ class ThreadBusyError(EffectgateError):
         return (_rebuild_kw, (type(self), kw))
 
 
-class OperationBusyError(EffectgateError):
+class OperationBusyError(EffectgateError, RuntimeError):
     """An operation this thread needs is in flight under a live worker of another thread.
 
     Raised by dispatch for a business-keyed operation (shared across threads)
