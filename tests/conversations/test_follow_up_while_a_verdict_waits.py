@@ -87,3 +87,42 @@ def test_a_follow_up_while_a_verdict_waits_is_answered_after_the_verdict(tmp_pat
                 assert {t.tool_call_id for t in after} == ids
         assert ledger.get(op_id).state is OpState.SUCCEEDED  # type: ignore[union-attr]
     assert len(svc.mails()) == 1  # one mail, never sent again
+
+
+def test_mark_as_resolved_at_a_reconciliation_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """``Command(goto="__end__")`` closes a review; at a reconciliation LangGraph
+    dropped it and asked the same question again while the client was told the
+    run succeeded (break test). The served graph (``guard_resumes``) refuses it
+    before the run: the same interrupt waits, the ledger is unchanged."""
+    import pytest
+    from langgraph.graph import END
+
+    from effectgate.errors import UnknownInterruptError
+    from effectgate.graph import guard_resumes
+
+    sd = StateDir.open(tmp_path / "state")
+    with DemoServices(sd.services) as svc, sd.open_ledger() as ledger:
+        svc.set_error_rate("orders", 0.12)
+        svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
+        graph = guard_resumes(
+            build_agent(
+                make_model("scripted:incident"),
+                default_tools(sd.workspace, svc.endpoints),
+                ledger=ledger,
+                checkpointer=InMemorySaver(),
+                policy=Policy(auto_approve=EFFECTS),
+            ).graph
+        )
+        cfg: dict[str, object] = {"configurable": {"thread_id": "g1"}}
+        graph.invoke({"messages": [HumanMessage(TASK)]}, cfg)
+        (asked,) = _interrupts(graph, cfg)
+        head = graph.get_state(cfg).config
+        with pytest.raises(UnknownInterruptError, match="no review waits here"):
+            graph.invoke(Command(goto=END), cfg)
+        (still,) = _interrupts(graph, cfg)
+        assert still.id == asked.id  # type: ignore[attr-defined]
+        assert graph.get_state(cfg).config == head  # nothing written
+        op = ledger.get(asked.value["operation_id"])  # type: ignore[attr-defined]
+        assert op is not None and op.state is OpState.NEEDS_RECONCILIATION

@@ -16,6 +16,7 @@ __all__ = [
     "check_resume_ids",
     "check_unkeyed_resume",
     "is_resume_map",
+    "refuse_goto_end_without_review",
     "refuse_resume_of_idle",
     "refuse_resume_of_lost_review",
     "refuse_resume_of_step_left",
@@ -134,6 +135,33 @@ def refuse_resume_of_idle(resume: Any, *, step_left: bool = False) -> NoReturn:
     raise UnknownInterruptError(
         "resume refused: this thread waits on no interrupt (finished, or its review was "
         "answered elsewhere); nothing was applied. " + describe_pending([])
+    )
+
+
+def refuse_goto_end_without_review(pending: Mapping[str, Any]) -> None:
+    """Refuse "Mark as resolved" (``Command(goto="__end__")``) where no review waits.
+
+    It closes a review's calls as rejected (the review node reads it). At a
+    reconciliation or a tool's question LangGraph drops the write and asks
+    the same question again, so the client was told the run succeeded while
+    nothing changed. A verdict settles a reconciliation, never a jump to the end.
+
+    Args:
+        pending: interrupt id -> value of the interrupts the thread waits on.
+
+    Raises:
+        UnknownInterruptError: interrupts wait and none is a review; one line
+            naming them. Nothing was applied.
+    """
+    if not pending or any(
+        isinstance(v, Mapping) and v.get("type") == "review" for v in pending.values()
+    ):
+        return
+    waiting = describe_pending([_Raised(i, v) for i, v in pending.items()])
+    raise UnknownInterruptError(
+        "'Mark as resolved' (Command(goto='__end__')) refused: it closes the calls of a "
+        "review, and no review waits here; nothing was applied. Answer what waits with "
+        f"Command(resume={{interrupt_id: answer}}) (a reconciliation takes a verdict). {waiting}"
     )
 
 

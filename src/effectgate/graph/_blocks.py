@@ -50,7 +50,7 @@ from langgraph.types import Command, StateSnapshot
 from effectgate import _failpoints
 from effectgate._clock import Clock, SystemClock
 from effectgate._process import new_worker_id
-from effectgate.answers import check_resume_ids
+from effectgate.answers import check_resume_ids, refuse_goto_end_without_review
 from effectgate.dispatch import Dispatcher
 from effectgate.errors import DecisionError, UnknownInterruptError
 from effectgate.graph._messages import pending_calls, with_call_ids, with_unique_call_ids
@@ -514,6 +514,8 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
         saver = self._saver(config)
         if _is_empty_command(input):
             _refuse_empty_command(self.get_state(config or {}) if saver is not None else None)
+        if _is_goto_end(input) and saver is not None:
+            _refuse_goto_end(self.get_state(config or {}))
         if _is_resume(input) and saver is not None:
             head = self.get_state(config or {})
             found = saver.get_tuple(head.config)
@@ -537,6 +539,8 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
         if _is_empty_command(input):
             empty_head = await self.aget_state(config or {}) if saver is not None else None
             _refuse_empty_command(empty_head)
+        if _is_goto_end(input) and saver is not None:
+            _refuse_goto_end(await self.aget_state(config or {}))
         if _is_resume(input) and saver is not None:
             head = await self.aget_state(config or {})
             found = await saver.aget_tuple(head.config)
@@ -554,6 +558,17 @@ class ResumeGuardedGraph(CompiledStateGraph):  # type: ignore[type-arg]
         if self.resume_ledger is None or thread_id is None:
             return None
         return [op.operation_id for op in self.resume_ledger.list(thread_id=str(thread_id))]
+
+
+def _is_goto_end(value: Any) -> bool:
+    """A ``Command(goto="__end__")`` with no resume: "Mark as resolved"."""
+    goto = value.goto if isinstance(value, Command) else None
+    ends = goto == END or (isinstance(goto, (list, tuple)) and END in goto)
+    return ends and value.resume is None
+
+
+def _refuse_goto_end(head: StateSnapshot) -> None:
+    refuse_goto_end_without_review({i.id: i.value for i in head.interrupts})
 
 
 def _is_resume(value: Any) -> bool:
