@@ -191,18 +191,30 @@ def parse_dsn(dsn: str) -> dict[str, Any]:
 
 
 def _unquoted_secret(message: str, dsn: str) -> str:
-    """``message`` with any quoted token that is part of ``dsn``'s password left out."""
-    from urllib.parse import urlsplit
+    """``message`` with any quoted token that overlaps ``dsn``'s password left out.
 
-    try:
-        userinfo = urlsplit(dsn).netloc.rpartition("@")[0]
-    except ValueError:
-        return "(libpq's reason left out: the URL cannot be split to find its password)"
+    The password is read from the raw text between ``://`` and the last
+    ``@`` (an unescaped ``/`` or ``@`` in it would end ``urlsplit``'s netloc
+    early), and a token that holds any two characters of it in a row at its
+    start or end (libpq quotes the rest of the URL from a bad escape on) is
+    left out as well as one inside it.
+    """
+    rest = dsn.partition("://")[2]
+    userinfo = rest.rpartition("@")[0]
     secret = userinfo.partition(":")[2]
     if not secret:
         return message
+
+    def overlaps(token: str) -> bool:
+        if token in secret or secret in token:
+            return True
+        for k in range(2, min(len(token), len(secret)) + 1):
+            if token.startswith(secret[-k:]) or token.endswith(secret[:k]):
+                return True
+        return False
+
     return re.sub(
-        r'"([^"]*)"', lambda m: '"(part of the password)"' if m[1] in secret else m[0], message
+        r'"([^"]*)"', lambda m: '"(part of the password)"' if overlaps(m[1]) else m[0], message
     )
 
 
