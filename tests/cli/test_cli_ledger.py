@@ -387,3 +387,28 @@ def test_reconcile_failed_is_refused_while_the_lookup_cannot_answer(tmp_path: Pa
     with SqliteLedger(sd.ledger) as ledger:
         settled = ledger.get(mail.operation_id)
     assert settled is not None and settled.state is OpState.FAILED
+
+
+def test_pending_shows_a_served_threads_call_and_does_not_send_it_to_resume(
+    tmp_path: Path,
+) -> None:
+    """A thread a LangGraph server ran has no thread record, only operations: ``pending
+    --thread`` lists its call (it said "unknown thread", exit 2), and the hint sends
+    the user to the server's client, not to ``effectgate resume`` (which exits 2 there)."""
+    from effectgate import StateDir
+    from effectgate.testing import FakeClock
+    from effectgate.testing.ledger_conformance import make_approval, make_request
+
+    sd = StateDir.open(tmp_path / "state")
+    clock = FakeClock()
+    with SqliteLedger(sd.ledger, clock=clock) as ledger:
+        req = make_request("s1:c1")
+        ledger.record_review([req], [make_approval(req, clock)])
+        ledger.claim("s1:c1", attempt=1, worker="w")
+        thread = ledger.get("s1:c1").thread_id  # type: ignore[union-attr]
+    ran = eg("pending", "--thread", thread, "--state-dir", str(sd.root))
+    assert ran.code == 0, ran.stderr
+    text = " ".join(ran.stdout.split())
+    assert "s1:c1" in text and "not a thread effectgate runs" in text
+    assert f"resume --thread {thread}" not in text
+    assert eg("pending", "--thread", "nope", "--state-dir", str(sd.root)).code == 2

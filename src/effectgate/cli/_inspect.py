@@ -258,7 +258,7 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
     if thread_id is not None:
         records = [r for r in records if r.thread_id == thread_id]
         unreadable = {t: why for t, why in unreadable.items() if t == thread_id}
-        if not records and not unreadable:
+        if not records and not unreadable and not ops:
             raise ConfigError(f"unknown thread {thread_id!r} in {sd.root}")
     waiting: list[dict[str, Any]] = []
     for record, status in _statuses(sd, records, unreadable) if records else []:
@@ -299,7 +299,8 @@ def pending(state_dir: Path, output: Output, *, thread_id: str | None) -> int:
         )
         return int(ExitCode.ERROR) if rows else 0
     if waiting or ops or not rows:
-        _print_pending(output, waiting, ops, state_dir)
+        recorded = {r.thread_id for r in records} | set(unreadable)
+        _print_pending(output, waiting, ops, state_dir, recorded=recorded)
     return _said_damaged(output, rows)
 
 
@@ -319,7 +320,12 @@ def _print_compacted(output: Output, actions: list[dict[str, Any]]) -> None:
 
 
 def _print_pending(
-    output: Output, waiting: list[dict[str, Any]], ops: list[Operation], state_dir: Path
+    output: Output,
+    waiting: list[dict[str, Any]],
+    ops: list[Operation],
+    state_dir: Path,
+    *,
+    recorded: set[str],
 ) -> None:
     if not waiting and not ops:
         print_line(output.out, "nothing is waiting for review or reconciliation")
@@ -370,6 +376,18 @@ def _print_pending(
         for thread in sorted({op.thread_id for op in ops if op.state.value != _VERDICT}):
             # IN_FLIGHT: under way in a live run, or left by one that died
             # (kill -9) after claiming it; UNKNOWN: the outcome is to be looked up.
+            if thread not in recorded:
+                # No thread record: a served thread (langgraph dev), which only
+                # its server can run; effectgate resume does not know it.
+                output.out.print(
+                    escape(
+                        f"thread {thread}: a call may have been under way when its run "
+                        "stopped; it is not a thread effectgate runs (a served one?): run it "
+                        "again with no input from the client of the server that runs it, "
+                        "which settles the call by its tool's contract and runs nothing twice"
+                    )
+                )
+                continue
             resume = command_hint(state_dir, "resume", "--thread", thread)
             output.out.print(
                 escape(
