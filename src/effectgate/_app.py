@@ -363,16 +363,20 @@ def _refuse_unmarked(root: Path) -> None:
 def _mark_new(root: Path, marker: Path, store: str | None) -> None:
     """Create ``root`` and its marker; a ``store`` this installation cannot open is refused first.
 
-    Refused before the marker exists, so a failed ``--store`` leaves nothing a
-    later command would take for a SQLite state directory.
+    Refused before the marker exists, so a failed ``--store`` leaves nothing
+    (no marker, no workspace) a later command would take for a SQLite state
+    directory: the store is also reached once first (``probe_store``), so a
+    refused login or a server that cannot be reached writes nothing.
 
     Raises:
-        ConfigError: ``store`` is not a PostgreSQL URL, or the ``postgres`` extra is missing.
+        ConfigError: ``store`` is not a PostgreSQL URL, the ``postgres`` extra
+            is missing, or the store cannot be used (``probe_store``).
     """
     if store is not None:
-        from effectgate._postgres_app import require_postgres
+        from effectgate._postgres_app import probe_store, require_postgres
 
         require_postgres(store)
+        probe_store(store)
     root.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"format": _FORMAT}) + "\n")
 
