@@ -268,6 +268,19 @@ def given_for(recorded: str) -> str:
         try:
             if same_database(recorded, url):
                 return url
-        except ConfigError:
+        except ConfigError as exc:
+            if url is env and _parses(recorded):
+                # the variable itself is malformed: say so, not "needs a password"
+                raise ConfigError(f"{STORE_ENV}: {exc}") from None
             continue  # the marker's damage is reported where the store is opened
     return recorded
+
+
+def _parses(url: str) -> bool:
+    from effectgate.ledger._postgres import parse_dsn
+
+    try:
+        parse_dsn(url)
+    except ConfigError:
+        return False
+    return True

@@ -165,6 +165,12 @@ def test_a_refused_login_is_bad_input_at_once_on_a_bound_store(
     missing = eg("pending", "--state-dir", str(state))  # effectgate.json holds no password
     _refused(missing)
     assert "PGPASSWORD" in missing.stderr
+    # a malformed EFFECTGATE_STORE is named as such, not taken for a missing password
+    bad = f"postgresql://app:{SECRET}%zz@127.0.0.1:{cluster.port}/appdb"
+    malformed = eg("threads", "--state-dir", str(state), env={"EFFECTGATE_STORE": bad})
+    assert malformed.code == 2, malformed.stderr
+    assert "EFFECTGATE_STORE: not a usable PostgreSQL URL" in malformed.stderr
+    assert SECRET not in malformed.stderr + malformed.stdout
     _refused(_run_waiting(tmp_path / "new", wrong))
     # a new directory whose store refused the login holds nothing (no marker,
     # no workspace) a later command would take for a SQLite state directory
