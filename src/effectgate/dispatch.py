@@ -767,6 +767,26 @@ class Dispatcher:
                 f"verdict 'failed' refused for {operation_id!r}: the lookup now finds the "
                 f"effect ({lookup.detail or 'found'}); it took effect, answer 'succeeded'"
             )
+        if (
+            lookup.status == "not_found"
+            and not unchecked
+            and not (spec.not_found_is_final and self._attempt_ended(op))
+        ):
+            # "Not found" is the truth only once the attempt can no longer act:
+            # a worker stopped mid-send (SIGSTOP) still sends when it resumes.
+            why = (
+                f"attempt {op.attempt} was started by a worker that is not proven gone "
+                "(stopped or suspended, another host): it may still complete"
+                if spec.not_found_is_final
+                else f"not-found is not final for {spec.name}"
+            )
+            raise DecisionError(
+                f"verdict 'failed' refused for {operation_id!r}: the lookup does not find "
+                f"it now ({lookup.detail or 'not found'}), but {why}; nothing was recorded. "
+                "Ask again once that worker is gone or has finished; or give 'failed' with "
+                "acknowledge_duplicate_risk: true (effectgate reconcile --failed --unchecked) "
+                "to record it unchecked, knowing it may yet take effect"
+            )
         if lookup.status == "unavailable" and not unchecked:
             # The lookup that could not answer is why the operation was parked:
             # "not applied" recorded unchecked tells the model it may act again.

@@ -489,3 +489,35 @@ def test_two_dispatches_of_one_operation_in_one_process_call_the_tool_once(
     assert script.seen == [1]  # the tool was called once, by the claim's winner
     assert [o.status for o in outcomes] == [DispatchStatus.SUCCEEDED] * 2
     assert ledger.get("op1").state is OpState.SUCCEEDED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("claimer", ["live", "dead"])
+def test_a_failed_verdict_on_not_found_needs_the_attempts_worker_gone_or_the_risk_accepted(
+    ledger: SqliteLedger, clock: FakeClock, claimer: str
+) -> None:
+    """Parked because the attempt's worker may still send (SIGSTOP past its lease): a
+    human's "failed" on the lookup's "not found" is refused while that worker is not
+    proven gone (its mail landed after the verdict in a break test, FAILED kept); with
+    ``acknowledge_duplicate_risk`` it is recorded; once the worker is gone, at once."""
+    worker = new_worker_id() if claimer == "live" else _dead_worker_id()
+    script = Script(
+        calls=[],
+        lookups=[Lookup.not_found("no such Message-ID")] * 3,
+    )
+    d, call = make(ledger, clock, script, kind=EffectKind.RECONCILABLE, reconciler=True, final=True)
+    ledger.claim("op1", attempt=1, worker=worker)
+    verdict: dict[str, Any] = {"verdict": "failed", "evidence": "not in the inbox"}
+    if claimer == "live":
+        parked = d.dispatch(call)
+        assert parked.operation is not None
+        assert parked.operation.state is OpState.NEEDS_RECONCILIATION
+        with pytest.raises(DecisionError, match="may still complete"):
+            d.apply_verdict("op1", verdict)  # type: ignore[arg-type]
+        assert ledger.get("op1").state is OpState.NEEDS_RECONCILIATION  # type: ignore[union-attr]
+        verdict["acknowledge_duplicate_risk"] = True
+    else:
+        ledger.recover_in_flight(thread_id="th", worker="w1")
+        ledger.transition("op1", src=OpState.UNKNOWN, dst=OpState.NEEDS_RECONCILIATION)
+    op = d.apply_verdict("op1", verdict)  # type: ignore[arg-type]
+    assert op.state is OpState.FAILED
+    assert script.seen == []  # nothing was called

@@ -488,8 +488,9 @@ def reconcile(
         typer.Option(
             "--unchecked",
             metavar=FLAG,
-            help="With --failed: record it although the tool's lookup cannot answer now "
-            "(the model may then do it again).",
+            help="With --failed: record it although the tool's lookup cannot confirm it "
+            "(the model may then do it again, and its next proposal carries no duplicate "
+            "warning).",
         ),
     ] = False,
     evidence: Annotated[str, typer.Option("--evidence", help="What you checked.")] = "",
