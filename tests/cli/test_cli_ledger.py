@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -267,16 +268,13 @@ def test_reconcile_of_a_settled_operation_with_another_reference_is_refused(
     assert settled.receipt.reference == "ref-t1:c1"
 
 
-def test_reconcile_failed_is_refused_when_the_lookup_finds_the_mail(tmp_path: Path) -> None:
-    """A mail parked as unknown (its lookup was down) that did arrive: ``reconcile
-    --failed`` looks first and refuses (exit 2); the operation stays parked."""
-    from effectgate import StateDir, open_agent
-    from effectgate.demo import DemoServices
-    from effectgate.ledger import OpState
+def _park_a_delivered_mail(sd: Any, svc: Any) -> Any:
+    """Run the demo incident on ``svc`` until its mail, which arrives while its reply
+    and its lookup fail, is parked NEEDS_RECONCILIATION; return that operation."""
+    from effectgate import open_agent
 
-    sd = StateDir.open(tmp_path / "state")
     approve = {"decisions": [{"type": "approve"}]}
-    with DemoServices(sd.services) as svc, open_agent(sd, endpoints=svc.endpoints) as agent:
+    with open_agent(sd, endpoints=svc.endpoints) as agent:
         svc.set_error_rate("orders", 0.12)
         agent.start("Check the order service and handle any incident.", thread_id="p1")
         result = agent.resume("p1", decisions=bound(agent, "p1", approve))
@@ -285,8 +283,21 @@ def test_reconcile_failed_is_refused_when_the_lookup_finds_the_mail(tmp_path: Pa
         result = agent.resume(
             "p1", decisions=bound(agent, "p1", {"decisions": approve["decisions"] * n})
         )
-        (mail,) = [op for op in result.operations if op.tool == "send_email"]
-        assert mail.state is OpState.NEEDS_RECONCILIATION
+    (mail,) = [op for op in result.operations if op.tool == "send_email"]
+    assert mail.state is OpState.NEEDS_RECONCILIATION
+    return mail
+
+
+def test_reconcile_failed_is_refused_when_the_lookup_finds_the_mail(tmp_path: Path) -> None:
+    """A mail parked as unknown (its lookup was down) that did arrive: ``reconcile
+    --failed`` looks first and refuses (exit 2); the operation stays parked."""
+    from effectgate import StateDir
+    from effectgate.demo import DemoServices
+    from effectgate.ledger import OpState
+
+    sd = StateDir.open(tmp_path / "state")
+    with DemoServices(sd.services) as svc:
+        mail = _park_a_delivered_mail(sd, svc)
         svc.set_fault("mail", "normal")  # the lookup is back; the mail had arrived
         assert len(svc.mails()) == 1
     ran = eg("reconcile", mail.operation_id, "--failed", "--state-dir", str(sd.root))
@@ -306,23 +317,12 @@ def test_reconcile_failed_asks_the_services_that_sent_the_mail_or_refuses(
     send it again). Without the addresses it refuses; with them it finds the
     mail and refuses; with them down it refuses; the operation stays parked
     and no service data is made in the state directory."""
-    from effectgate import StateDir, open_agent
+    from effectgate import StateDir
     from effectgate.demo import DemoServices
 
     sd = StateDir.open(tmp_path / "state")
-    approve = {"decisions": [{"type": "approve"}]}
     with DemoServices(tmp_path / "elsewhere") as svc:
-        with open_agent(sd, endpoints=svc.endpoints) as agent:
-            svc.set_error_rate("orders", 0.12)
-            agent.start("Check the order service and handle any incident.", thread_id="p1")
-            result = agent.resume("p1", decisions=bound(agent, "p1", approve))
-            svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
-            n = len(result.interrupts[0].value["action_requests"])
-            result = agent.resume(
-                "p1", decisions=bound(agent, "p1", {"decisions": approve["decisions"] * n})
-            )
-        (mail,) = [op for op in result.operations if op.tool == "send_email"]
-        assert mail.state is OpState.NEEDS_RECONCILIATION
+        mail = _park_a_delivered_mail(sd, svc)
         svc.set_fault("mail", "normal")
         assert len(svc.mails()) == 1  # the mail did arrive, elsewhere
         args = ("reconcile", mail.operation_id, "--failed", "--state-dir", str(sd.root))
@@ -355,23 +355,12 @@ def test_reconcile_failed_is_refused_while_the_lookup_cannot_answer(tmp_path: Pa
     still cannot answer, ``--failed`` records nothing (exit 2, the operation stays
     parked), since "not applied" recorded unchecked lets the model send it again;
     ``--failed --unchecked`` records it, the risk accepted (break test of #32)."""
-    from effectgate import StateDir, open_agent
+    from effectgate import StateDir
     from effectgate.demo import DemoServices
 
     sd = StateDir.open(tmp_path / "state")
-    approve = {"decisions": [{"type": "approve"}]}
     with DemoServices(sd.services) as svc:
-        with open_agent(sd, endpoints=svc.endpoints) as agent:
-            svc.set_error_rate("orders", 0.12)
-            agent.start("Check the order service and handle any incident.", thread_id="p1")
-            result = agent.resume("p1", decisions=bound(agent, "p1", approve))
-            svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
-            n = len(result.interrupts[0].value["action_requests"])
-            result = agent.resume(
-                "p1", decisions=bound(agent, "p1", {"decisions": approve["decisions"] * n})
-            )
-        (mail,) = [op for op in result.operations if op.tool == "send_email"]
-        assert mail.state is OpState.NEEDS_RECONCILIATION
+        mail = _park_a_delivered_mail(sd, svc)
         assert len(svc.mails()) == 1  # it did arrive; the lookup still cannot say so
         args = ("reconcile", mail.operation_id, "--failed", "--state-dir", str(sd.root))
         refused = eg(*args)

@@ -15,6 +15,7 @@ assertions read the mail sink's own rows and the ledger.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -30,6 +31,20 @@ TASK = "Check the order service and handle any incident."
 EFFECTS = frozenset({"create_ticket", "send_email", "write_file"})
 
 
+def _mail_fails_graph(sd: StateDir, svc: DemoServices, ledger: Any) -> Any:
+    """The incident graph, every effect auto-approved, whose mail arrives while its
+    reply and its lookup fail (so it parks at a reconciliation), run as a server runs it."""
+    svc.set_error_rate("orders", 0.12)
+    svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
+    return build_agent(
+        make_model("scripted:incident"),
+        default_tools(sd.workspace, svc.endpoints),
+        ledger=ledger,
+        checkpointer=InMemorySaver(),
+        policy=Policy(auto_approve=EFFECTS),
+    ).graph
+
+
 def _interrupts(graph: object, cfg: dict[str, object]) -> list[object]:
     state = graph.get_state(cfg)  # type: ignore[attr-defined]
     return [i for task in state.tasks for i in task.interrupts]
@@ -38,15 +53,7 @@ def _interrupts(graph: object, cfg: dict[str, object]) -> list[object]:
 def test_a_follow_up_while_a_verdict_waits_is_answered_after_the_verdict(tmp_path: Path) -> None:
     sd = StateDir.open(tmp_path / "state")
     with DemoServices(sd.services) as svc, sd.open_ledger() as ledger:
-        svc.set_error_rate("orders", 0.12)
-        svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
-        graph = build_agent(
-            make_model("scripted:incident"),
-            default_tools(sd.workspace, svc.endpoints),
-            ledger=ledger,
-            checkpointer=InMemorySaver(),
-            policy=Policy(auto_approve=EFFECTS),
-        ).graph
+        graph = _mail_fails_graph(sd, svc, ledger)
         cfg: dict[str, object] = {"configurable": {"thread_id": "f1"}}
         graph.invoke({"messages": [HumanMessage(TASK)]}, cfg)
         (asked,) = _interrupts(graph, cfg)
@@ -104,17 +111,7 @@ def test_mark_as_resolved_at_a_reconciliation_is_refused_and_changes_nothing(
 
     sd = StateDir.open(tmp_path / "state")
     with DemoServices(sd.services) as svc, sd.open_ledger() as ledger:
-        svc.set_error_rate("orders", 0.12)
-        svc.set_fault("mail", "timeout-after-commit", lookups="unavailable", delay_s=8)
-        graph = guard_resumes(
-            build_agent(
-                make_model("scripted:incident"),
-                default_tools(sd.workspace, svc.endpoints),
-                ledger=ledger,
-                checkpointer=InMemorySaver(),
-                policy=Policy(auto_approve=EFFECTS),
-            ).graph
-        )
+        graph = guard_resumes(_mail_fails_graph(sd, svc, ledger))
         cfg: dict[str, object] = {"configurable": {"thread_id": "g1"}}
         graph.invoke({"messages": [HumanMessage(TASK)]}, cfg)
         (asked,) = _interrupts(graph, cfg)

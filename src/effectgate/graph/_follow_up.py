@@ -50,6 +50,15 @@ __all__ = [
 ]
 
 
+def _last_ai(messages: Sequence[AnyMessage]) -> tuple[int, AIMessage] | None:
+    """The last AI message of ``messages`` and its index, or ``None``."""
+    for idx in range(len(messages) - 1, -1, -1):
+        msg = messages[idx]
+        if isinstance(msg, AIMessage):
+            return idx, msg
+    return None
+
+
 def follow_up_index(messages: Sequence[AnyMessage]) -> int | None:
     """The last AI message's index if calls of it are unanswered and a non-tool message follows.
 
@@ -57,13 +66,10 @@ def follow_up_index(messages: Sequence[AnyMessage]) -> int | None:
     reconciliation): the model must not see the history as it stands.
     ``None`` otherwise.
     """
-    for idx in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[idx], AIMessage):
-            break
-    else:
+    found = _last_ai(messages)
+    if found is None:
         return None
-    ai = messages[idx]
-    assert isinstance(ai, AIMessage)
+    idx, ai = found
     after = messages[idx + 1 :]
     answered = {m.tool_call_id for m in after if isinstance(m, ToolMessage)}
     calls = [c.get("id") for c in [*ai.tool_calls, *ai.invalid_tool_calls]]
@@ -81,13 +87,10 @@ def answered_after_follow_up(messages: Sequence[AnyMessage]) -> int | None:
     it back, so the model gets each answer right after its call. ``None``
     when the order is already one the chat APIs accept.
     """
-    for idx in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[idx], AIMessage):
-            break
-    else:
+    found = _last_ai(messages)
+    if found is None:
         return None
-    ai = messages[idx]
-    assert isinstance(ai, AIMessage)
+    idx, ai = found
     own = {c.get("id") for c in [*ai.tool_calls, *ai.invalid_tool_calls]}
     seen_other = False
     for m in messages[idx + 1 :]:
@@ -183,16 +186,12 @@ def close_open_calls(
     Raises:
         FollowUpError: ``answers.follow_up_plan`` refused the message.
     """
-    idx = None
-    for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], AIMessage):
-            idx = i
-            break
+    found = _last_ai(messages)
     calls = (
         []
-        if idx is None
+        if found is None
         else _open_calls(
-            messages, idx, specs=specs, ledger=ledger, thread_id=thread_id, waiting=waiting
+            messages, found[0], specs=specs, ledger=ledger, thread_id=thread_id, waiting=waiting
         )
     )
     plan = follow_up_plan(ledger, thread_id, calls, waiting=waiting, supersede=supersede)
