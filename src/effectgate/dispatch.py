@@ -103,16 +103,9 @@ class Dispatcher:
             or ``UNKNOWN`` when an earlier attempt may have applied, and no
             retry is spent on it. The answer to a question inside an effect
             step could be consumed by another interrupt of the same step.
-        leases: a thread-lease keeper whose leases are the heartbeat of
-            this dispatcher's attempts: each dispatch holds its thread's
-            lease for as long as it runs (``LeaseKeeper.shared``; only
-            counted when a run of the same keeper holds it already, as
-            ``Agent``'s do). A live attempt is taken over only when its
-            worker is proven gone or its thread's lease lapsed. The graph
-            builders give one (``add_effect_nodes``, ``build_agent``, the
-            middleware); ``None`` (a bare dispatcher): its caller holds the
-            thread's lease, or nothing keeps another process from taking
-            its attempts for abandoned ones.
+        leases: the keeper whose thread leases are this dispatcher's
+            heartbeat (``LeaseKeeper.shared`` around each dispatch; the
+            graph builders give one). ``None``: the caller holds the lease.
 
     Note:
         Exactly-once *effects* come from the ledger plus the tool's contract;
@@ -788,8 +781,6 @@ class Dispatcher:
                 "to record it unchecked, knowing it may yet take effect"
             )
         if lookup.status == "unavailable" and not unchecked:
-            # The lookup that could not answer is why the operation was parked:
-            # "not applied" recorded unchecked tells the model it may act again.
             raise DecisionError(
                 f"verdict 'failed' refused for {operation_id!r}: the lookup cannot tell now "
                 f"whether it took effect ({lookup.detail or 'unavailable'}); nothing was "
